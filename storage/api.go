@@ -1,0 +1,71 @@
+package storage
+
+// This file is the storage engine's contract with the rest of VDL (raftnode,
+// kafka, server). The implementation lives beside it.
+
+import (
+	"errors"
+	"log/slog"
+
+	"github.com/vdl-project/vdl/vfs"
+)
+
+// Errors a caller can act on.
+var (
+	// ErrOutOfRange: a Kafka offset or Raft index below the log start (deleted
+	// by retention) or above the log end.
+	ErrOutOfRange = errors.New("storage: out of range")
+	// ErrCorrupt: a record in the middle of the log failed its checksum. The
+	// wrapping error names the file and position. Never silently skipped.
+	ErrCorrupt = errors.New("storage: corrupt log")
+	// ErrClosed: the log was closed.
+	ErrClosed = errors.New("storage: closed")
+	// ErrBadEntry: an entry that cannot be stored (a user entry that is not a
+	// sequence of whole RecordBatch v2 batches). Validate before proposing.
+	ErrBadEntry = errors.New("storage: malformed entry")
+)
+
+// Entry payload tags. A raftpb.EntryNormal entry's Data is empty (the leader's
+// no-op) or starts with one tag byte:
+//
+//	TagUser    + one or more whole Kafka RecordBatch v2 batches (takes offsets)
+//	TagCommand + a replicated control command (retention, ...; takes none)
+//
+// raftpb.EntryConfChange and EntryConfChangeV2 entries are stored as they are.
+const (
+	TagUser    byte = 1
+	TagCommand byte = 2
+)
+
+// Options configure one log (one stream's Raft group).
+type Options struct {
+	FS  vfs.FS
+	Dir string // one directory per stream; created if missing
+	// Stream is the stream's identity. It is mixed into every record's
+	// checksum, so a record read from the wrong stream's file is detected.
+	Stream uint64
+	// SegmentSize is the preallocated size of each segment file.
+	// Default 64 MiB. An entry larger than a segment gets a segment of its own.
+	SegmentSize int64
+	// TailCacheBytes bounds the in-memory cache of the newest records.
+	// Default 8 MiB.
+	TailCacheBytes int64
+	Logger         *slog.Logger
+}
+
+// Synced is what Sync returns: everything written before the Sync call is
+// durable, up to and including Raft index LastIndex and the hard state.
+// Only a Synced value may be used to acknowledge an append.
+type Synced struct {
+	LastIndex uint64
+	LastTerm  uint64
+}
+
+// Batch is one run of whole Kafka RecordBatch v2 batches read from the log,
+// as stored (baseOffset stamped). The slices alias immutable memory (tail
+// cache or a freshly read buffer); callers must not modify them.
+type Batch struct {
+	BaseOffset int64  // offset of the first record
+	NextOffset int64  // offset after the last record
+	Data       []byte // one or more whole v2 batches
+}
