@@ -1,0 +1,692 @@
+package vfs
+
+import (
+	"errors"
+	"io"
+	"io/fs"
+	"maps"
+	"math"
+	"math/rand/v2"
+	"os"
+	"path"
+	"slices"
+	"strings"
+	"sync"
+	"syscall"
+)
+
+// ErrCrashed is returned by a File of a Mem that crashed after the File was
+// opened: the process it belonged to is gone.
+var ErrCrashed = errors.New("vfs: file handle from before a crash")
+
+// Mem is an in-memory FS that tracks what a power loss would keep, so crash
+// tests and the simulator can check recovery against the real contract:
+// only Sync makes file data durable, and only SyncDir makes a directory
+// entry (create, rename, remove, mkdir) durable.
+//
+// Paths are cleaned and rooted: "a/b" and "/a/b" name the same file. Mem is
+// safe for concurrent use, and given the same calls in the same order and
+// the same random stream, it ends in the same state.
+type Mem struct {
+	mu   sync.Mutex
+	root *memNode
+	// files holds every file inode a crash could bring back, in creation
+	// order, so Crash draws random numbers in a reproducible order.
+	files    []*memNode
+	gen      uint64 // bumped by a crash; handles of older generations are dead
+	used     int64  // sum of the sizes of linked files
+	capacity int64  // 0: unlimited
+	faults   Faults
+	stats    MemStats
+}
+
+// Faults selects injected failures. The counters count down as faults fire.
+type Faults struct {
+	// Path limits the faults to paths starting with it ("" matches all).
+	// For file operations it is the path the file was opened with.
+	Path string
+	// FailWrites fails the next FailWrites WriteAt, Truncate and Allocate
+	// calls with ErrIO; nothing is changed.
+	FailWrites int
+	// FailSyncs fails the next FailSyncs Sync and SyncDir calls with ErrIO;
+	// nothing becomes durable, the pending changes stay pending.
+	FailSyncs int
+}
+
+// MemStats counts successful operations, so tests can assert on IO cost.
+type MemStats struct {
+	Syncs        int64 // File.Sync
+	SyncDirs     int64
+	Writes       int64 // File.WriteAt
+	BytesWritten int64
+}
+
+// memNode is a directory or a file inode.
+type memNode struct {
+	dir bool
+
+	// Directory: the entries now, and as of the last SyncDir.
+	entries, durable map[string]*memNode
+
+	// File: current content, and how to undo each change since the last
+	// Sync. Keeping undo records rather than a durable copy costs memory
+	// only for unsynced bytes, and makes Sync free.
+	data    []byte
+	pending []undoRec
+	nlink   int // entries naming it now
+	dlink   int // durable entries naming it
+}
+
+// undoRec restores a file to its state before one write, truncate or
+// allocate: size oldSize, and old at off (old lies within oldSize).
+type undoRec struct {
+	off     int64
+	n       int64 // bytes written; 0 for size changes, which cannot tear
+	oldSize int64
+	old     []byte
+}
+
+// unlimited is what FreeSpace reports with no capacity set.
+const unlimited = math.MaxInt64
+
+// NewMem returns an empty Mem with only the root directory, unlimited space
+// and no faults.
+func NewMem() *Mem {
+	return &Mem{root: newDir()}
+}
+
+var _ FS = (*Mem)(nil)
+
+func newDir() *memNode {
+	return &memNode{dir: true, entries: map[string]*memNode{}, durable: map[string]*memNode{}}
+}
+
+// SetFaults replaces the injected faults.
+func (m *Mem) SetFaults(f Faults) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if f.Path != "" {
+		f.Path = clean(f.Path)
+	}
+	m.faults = f
+}
+
+// Faults returns the injected faults that have not fired yet.
+func (m *Mem) Faults() Faults {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.faults
+}
+
+// SetCapacity makes growing files fail with ErrNoSpace once the total size
+// of all files would exceed bytes. 0 means unlimited. Writes inside a file's
+// current size never fail, which is what Allocate is for.
+func (m *Mem) SetCapacity(bytes int64) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.capacity = bytes
+}
+
+// Stats returns the operation counters.
+func (m *Mem) Stats() MemStats {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.stats
+}
+
+// Crash simulates power loss. Each file keeps its durable content plus a
+// prefix, drawn from r, of its unsynced changes in the order they were made;
+// the last kept write may be torn, usually at a 512-byte sector boundary.
+// Directory changes not made durable by SyncDir are undone. All open Files
+// become invalid.
+func (m *Mem) Crash(r *rand.Rand) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.crash(r)
+}
+
+// CrashClean simulates power loss that keeps exactly the durable state.
+func (m *Mem) CrashClean() {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.crash(nil)
+}
+
+func (m *Mem) crash(r *rand.Rand) {
+	for _, f := range m.files {
+		f.crashData(r)
+		f.nlink, f.dlink = 0, 0
+	}
+	// Rebuild the namespace from the durable entries reachable from the
+	// root. The walk order is irrelevant: it only counts.
+	seen := map[*memNode]bool{}
+	var walk func(d *memNode)
+	walk = func(d *memNode) {
+		if seen[d] {
+			return
+		}
+		seen[d] = true
+		d.entries = maps.Clone(d.durable)
+		for _, n := range d.durable {
+			if n.dir {
+				walk(n)
+			} else {
+				n.nlink++
+				n.dlink++
+			}
+		}
+	}
+	walk(m.root)
+	m.used = 0
+	m.files = slices.DeleteFunc(m.files, func(f *memNode) bool { return f.nlink == 0 })
+	for _, f := range m.files {
+		m.used += int64(len(f.data))
+	}
+	m.gen++
+}
+
+func (n *memNode) crashData(r *rand.Rand) {
+	p := len(n.pending)
+	if p == 0 {
+		return
+	}
+	keep, torn := 0, int64(0)
+	if r != nil {
+		keep = r.IntN(p + 1)
+		if keep < p && n.pending[keep].n > 1 {
+			torn = tear(r, n.pending[keep].off, n.pending[keep].n)
+		}
+	}
+	for i := p - 1; i > keep; i-- {
+		n.undo(n.pending[i], 0)
+	}
+	if keep < p {
+		n.undo(n.pending[keep], torn)
+	}
+	n.pending = nil
+}
+
+// tear picks how many bytes, in [0, n), of a write at off reach the disk:
+// half the time none, so clean cuts between writes stay common. Disks tear
+// at sector boundaries, so those are preferred when the write spans one.
+func tear(r *rand.Rand, off, n int64) int64 {
+	const sector = 512
+	if r.IntN(2) == 0 {
+		return 0
+	}
+	first := (off/sector + 1) * sector // first boundary after off
+	if first < off+n && r.IntN(4) != 0 {
+		count := (off+n-1-first)/sector + 1
+		return first + r.Int64N(count)*sector - off
+	}
+	return r.Int64N(n)
+}
+
+// undo reverts u, keeping its first kept bytes (0: revert all).
+func (n *memNode) undo(u undoRec, kept int64) {
+	if kept == 0 {
+		n.resize(u.oldSize)
+		if len(u.old) > 0 { // else off may lie beyond oldSize
+			copy(n.data[u.off:], u.old)
+		}
+		return
+	}
+	n.resize(max(u.oldSize, u.off+kept))
+	if kept < int64(len(u.old)) {
+		copy(n.data[u.off+kept:], u.old[kept:])
+	}
+}
+
+// resize sets the size, zero-filling growth: the slice may still hold bytes
+// from before an earlier shrink.
+func (n *memNode) resize(size int64) {
+	if c := int64(cap(n.data)); c > 1<<16 && size < c/4 {
+		n.data = slices.Clone(n.data[:min(size, int64(len(n.data)))]) // give back memory
+	}
+	cur := int64(len(n.data))
+	if size <= cur {
+		n.data = n.data[:size]
+		return
+	}
+	n.data = slices.Grow(n.data, int(size-cur))[:size]
+	clear(n.data[cur:])
+}
+
+func clean(name string) string { return path.Clean("/" + name) }
+
+func (m *Mem) lookup(p string) *memNode {
+	n := m.root
+	for _, c := range strings.Split(p, "/")[1:] {
+		if c == "" {
+			continue
+		}
+		if !n.dir {
+			return nil
+		}
+		if n = n.entries[c]; n == nil {
+			return nil
+		}
+	}
+	return n
+}
+
+// parent finds the directory that holds name's entry.
+func (m *Mem) parent(op, name string) (*memNode, string, error) {
+	p := clean(name)
+	if p == "/" {
+		return nil, "", &fs.PathError{Op: op, Path: name, Err: syscall.EINVAL}
+	}
+	d := m.lookup(path.Dir(p))
+	if d == nil {
+		return nil, "", &fs.PathError{Op: op, Path: name, Err: fs.ErrNotExist}
+	}
+	if !d.dir {
+		return nil, "", &fs.PathError{Op: op, Path: name, Err: syscall.ENOTDIR}
+	}
+	return d, path.Base(p), nil
+}
+
+func (m *Mem) link(n *memNode) {
+	if n.nlink++; n.nlink == 1 {
+		m.used += int64(len(n.data))
+	}
+}
+
+func (m *Mem) unlink(n *memNode) {
+	if n.nlink--; n.nlink == 0 {
+		m.used -= int64(len(n.data))
+		m.forgetIfGone(n)
+	}
+}
+
+// forgetIfGone drops a file no crash can bring back. Open handles keep
+// working on it.
+func (m *Mem) forgetIfGone(n *memNode) {
+	if n.nlink == 0 && n.dlink == 0 {
+		if i := slices.Index(m.files, n); i >= 0 {
+			m.files = slices.Delete(m.files, i, i+1)
+		}
+	}
+}
+
+// fault reports whether an injected fault fires for path p.
+func (m *Mem) fault(counter *int, p string) bool {
+	if *counter <= 0 || !strings.HasPrefix(p, m.faults.Path) {
+		return false
+	}
+	*counter--
+	return true
+}
+
+// Create implements FS.
+func (m *Mem) Create(name string) (File, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	d, base, err := m.parent("create", name)
+	if err != nil {
+		return nil, err
+	}
+	n := d.entries[base]
+	switch {
+	case n == nil:
+		n = &memNode{}
+		d.entries[base] = n
+		m.link(n)
+		m.files = append(m.files, n)
+	case n.dir:
+		return nil, &fs.PathError{Op: "create", Path: name, Err: syscall.EISDIR}
+	default:
+		m.setSize(n, 0)
+	}
+	return m.handle(n, name), nil
+}
+
+// Open implements FS.
+func (m *Mem) Open(name string) (File, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	n := m.lookup(clean(name))
+	if n == nil {
+		return nil, &fs.PathError{Op: "open", Path: name, Err: fs.ErrNotExist}
+	}
+	if n.dir {
+		return nil, &fs.PathError{Op: "open", Path: name, Err: syscall.EISDIR}
+	}
+	return m.handle(n, name), nil
+}
+
+func (m *Mem) handle(n *memNode, name string) *memFile {
+	return &memFile{m: m, n: n, name: name, path: clean(name), gen: m.gen}
+}
+
+// Rename implements FS. Replacing a directory is not supported.
+func (m *Mem) Rename(oldname, newname string) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	fail := func(err error) error {
+		return &os.LinkError{Op: "rename", Old: oldname, New: newname, Err: err}
+	}
+	od, ob, err := m.parent("rename", oldname)
+	if err != nil {
+		return fail(err.(*fs.PathError).Err)
+	}
+	n := od.entries[ob]
+	if n == nil {
+		return fail(fs.ErrNotExist)
+	}
+	nd, nb, err := m.parent("rename", newname)
+	if err != nil {
+		return fail(err.(*fs.PathError).Err)
+	}
+	target := nd.entries[nb]
+	switch {
+	case target == n:
+		return nil
+	case target != nil && target.dir:
+		return fail(syscall.EISDIR)
+	case target != nil && n.dir:
+		return fail(syscall.ENOTDIR)
+	case n.dir && strings.HasPrefix(clean(newname), clean(oldname)+"/"):
+		return fail(syscall.EINVAL)
+	}
+	nd.entries[nb] = n
+	delete(od.entries, ob)
+	if target != nil {
+		m.unlink(target)
+	}
+	return nil
+}
+
+// Remove implements FS.
+func (m *Mem) Remove(name string) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	d, base, err := m.parent("remove", name)
+	if err != nil {
+		return err
+	}
+	n := d.entries[base]
+	switch {
+	case n == nil:
+		return &fs.PathError{Op: "remove", Path: name, Err: fs.ErrNotExist}
+	case n.dir && len(n.entries) > 0:
+		return &fs.PathError{Op: "remove", Path: name, Err: syscall.ENOTEMPTY}
+	}
+	delete(d.entries, base)
+	if !n.dir {
+		m.unlink(n)
+	}
+	return nil
+}
+
+// MkdirAll implements FS.
+func (m *Mem) MkdirAll(dir string) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	d := m.root
+	for _, c := range strings.Split(clean(dir), "/")[1:] {
+		if c == "" {
+			continue
+		}
+		child := d.entries[c]
+		if child == nil {
+			child = newDir()
+			d.entries[c] = child
+		} else if !child.dir {
+			return &fs.PathError{Op: "mkdir", Path: dir, Err: syscall.ENOTDIR}
+		}
+		d = child
+	}
+	return nil
+}
+
+func (m *Mem) dir(op, name string) (*memNode, error) {
+	d := m.lookup(clean(name))
+	if d == nil {
+		return nil, &fs.PathError{Op: op, Path: name, Err: fs.ErrNotExist}
+	}
+	if !d.dir {
+		return nil, &fs.PathError{Op: op, Path: name, Err: syscall.ENOTDIR}
+	}
+	return d, nil
+}
+
+// List implements FS.
+func (m *Mem) List(dir string) ([]string, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	d, err := m.dir("readdir", dir)
+	if err != nil {
+		return nil, err
+	}
+	return slices.Sorted(maps.Keys(d.entries)), nil
+}
+
+// Stat implements FS. Directories have size 0.
+func (m *Mem) Stat(name string) (int64, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	n := m.lookup(clean(name))
+	if n == nil {
+		return 0, &fs.PathError{Op: "stat", Path: name, Err: fs.ErrNotExist}
+	}
+	return int64(len(n.data)), nil
+}
+
+// SyncDir implements FS.
+func (m *Mem) SyncDir(dir string) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	d, err := m.dir("sync", dir)
+	if err != nil {
+		return err
+	}
+	if m.fault(&m.faults.FailSyncs, clean(dir)) {
+		return &fs.PathError{Op: "sync", Path: dir, Err: ErrIO}
+	}
+	old := d.durable
+	d.durable = maps.Clone(d.entries)
+	for _, n := range d.durable {
+		if !n.dir {
+			n.dlink++
+		}
+	}
+	for _, n := range old {
+		if !n.dir {
+			n.dlink--
+			m.forgetIfGone(n)
+		}
+	}
+	m.stats.SyncDirs++
+	return nil
+}
+
+// FreeSpace implements FS: capacity minus the size of all files, or
+// math.MaxInt64 with no capacity set.
+func (m *Mem) FreeSpace(dir string) (uint64, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if _, err := m.dir("statfs", dir); err != nil {
+		return 0, err
+	}
+	if m.capacity == 0 {
+		return unlimited, nil
+	}
+	return uint64(max(m.capacity-m.used, 0)), nil
+}
+
+// grow checks that n may grow to size.
+func (m *Mem) grow(n *memNode, size int64) bool {
+	delta := size - int64(len(n.data))
+	return delta <= 0 || m.capacity == 0 || n.nlink == 0 || m.used+delta <= m.capacity
+}
+
+// setSize truncates or extends n, recording how to undo it.
+func (m *Mem) setSize(n *memNode, size int64) {
+	cur := int64(len(n.data))
+	if size == cur {
+		return
+	}
+	u := undoRec{off: min(size, cur), oldSize: cur}
+	if size < cur {
+		u.old = slices.Clone(n.data[size:])
+	}
+	n.pending = append(n.pending, u)
+	m.resize(n, size)
+}
+
+func (m *Mem) resize(n *memNode, size int64) {
+	if n.nlink > 0 {
+		m.used += size - int64(len(n.data))
+	}
+	n.resize(size)
+}
+
+// memFile is an open file of a Mem.
+type memFile struct {
+	m      *Mem
+	n      *memNode
+	name   string // as opened
+	path   string // cleaned, for fault matching
+	gen    uint64
+	closed bool
+}
+
+// check reports whether the handle may be used; m.mu must be held.
+func (f *memFile) check(op string) error {
+	switch {
+	case f.closed:
+		return &fs.PathError{Op: op, Path: f.name, Err: fs.ErrClosed}
+	case f.gen != f.m.gen:
+		return &fs.PathError{Op: op, Path: f.name, Err: ErrCrashed}
+	}
+	return nil
+}
+
+func (f *memFile) Name() string { return f.name }
+
+func (f *memFile) Close() error {
+	f.m.mu.Lock()
+	defer f.m.mu.Unlock()
+	if f.closed {
+		return &fs.PathError{Op: "close", Path: f.name, Err: fs.ErrClosed}
+	}
+	f.closed = true
+	return nil
+}
+
+func (f *memFile) ReadAt(p []byte, off int64) (int, error) {
+	f.m.mu.Lock()
+	defer f.m.mu.Unlock()
+	if err := f.check("read"); err != nil {
+		return 0, err
+	}
+	if off < 0 {
+		return 0, &fs.PathError{Op: "read", Path: f.name, Err: syscall.EINVAL}
+	}
+	if off >= int64(len(f.n.data)) {
+		return 0, io.EOF
+	}
+	n := copy(p, f.n.data[off:])
+	if n < len(p) {
+		return n, io.EOF
+	}
+	return n, nil
+}
+
+// modify runs the common checks of a change that may grow the file to size.
+func (f *memFile) modify(op string, size int64) error {
+	if err := f.check(op); err != nil {
+		return err
+	}
+	if size < 0 {
+		return &fs.PathError{Op: op, Path: f.name, Err: syscall.EINVAL}
+	}
+	if f.m.fault(&f.m.faults.FailWrites, f.path) {
+		return &fs.PathError{Op: op, Path: f.name, Err: ErrIO}
+	}
+	if !f.m.grow(f.n, size) {
+		return &fs.PathError{Op: op, Path: f.name, Err: ErrNoSpace}
+	}
+	return nil
+}
+
+func (f *memFile) WriteAt(p []byte, off int64) (int, error) {
+	f.m.mu.Lock()
+	defer f.m.mu.Unlock()
+	end := off + int64(len(p))
+	if off < 0 {
+		end = -1 // rejected by modify
+	}
+	if err := f.modify("write", end); err != nil {
+		return 0, err
+	}
+	if len(p) == 0 {
+		return 0, nil
+	}
+	n := f.n
+	cur := int64(len(n.data))
+	u := undoRec{off: off, n: int64(len(p)), oldSize: cur}
+	if off < cur {
+		u.old = slices.Clone(n.data[off:min(end, cur)])
+	}
+	n.pending = append(n.pending, u)
+	if end > cur {
+		f.m.resize(n, end)
+	}
+	copy(n.data[off:], p)
+	f.m.stats.Writes++
+	f.m.stats.BytesWritten += int64(len(p))
+	return len(p), nil
+}
+
+func (f *memFile) Size() (int64, error) {
+	f.m.mu.Lock()
+	defer f.m.mu.Unlock()
+	if err := f.check("stat"); err != nil {
+		return 0, err
+	}
+	return int64(len(f.n.data)), nil
+}
+
+func (f *memFile) Truncate(size int64) error {
+	f.m.mu.Lock()
+	defer f.m.mu.Unlock()
+	if err := f.modify("truncate", size); err != nil {
+		return err
+	}
+	f.m.setSize(f.n, size)
+	return nil
+}
+
+func (f *memFile) Allocate(size int64) error {
+	f.m.mu.Lock()
+	defer f.m.mu.Unlock()
+	if err := f.modify("allocate", size); err != nil {
+		return err
+	}
+	if size > int64(len(f.n.data)) {
+		f.m.setSize(f.n, size)
+	}
+	return nil
+}
+
+func (f *memFile) Sync() error {
+	f.m.mu.Lock()
+	defer f.m.mu.Unlock()
+	if err := f.check("sync"); err != nil {
+		return err
+	}
+	if f.m.fault(&f.m.faults.FailSyncs, f.path) {
+		return &fs.PathError{Op: "sync", Path: f.name, Err: ErrIO}
+	}
+	f.n.pending = nil
+	f.m.stats.Syncs++
+	return nil
+}
+
+func (f *memFile) StartWriteback(off, n int64) error {
+	f.m.mu.Lock()
+	defer f.m.mu.Unlock()
+	return f.check("sync_file_range")
+}
