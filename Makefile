@@ -32,3 +32,23 @@ lint:
 clean:
 	rm -rf $(BIN)
 	$(GO) clean -testcache
+
+# --- Failpoint build (docs/failpoints.md) ---
+# Instrumented binaries into bin/failpoint/: go build -tags failpoint
+# -toolexec failpoint-toolexec, own GOCACHE under .cache/; sources untouched.
+FAILPOINT_BIN  ?= $(BIN)/failpoint
+FAILPOINT_PKGS ?= ./cmd/...
+
+.PHONY: build-failpoint check-no-failpoint-rewrites
+
+build-failpoint:
+	GO=$(GO) scripts/build-failpoint.sh $(FAILPOINT_BIN) $(FAILPOINT_PKGS)
+
+# CI guard: no failpoint-ctl leftovers (stash files, binding files, rewritten
+# markers) may be committed.
+check-no-failpoint-rewrites:
+	@bad=$$(git ls-files | grep -E '__failpoint_stash__|(^|/)binding__failpoint_binding__\.go$$'); \
+	rw=$$(git grep -l -e '_curpkg_(' -- '*.go' 2>/dev/null); \
+	if [ -n "$$bad$$rw" ]; then echo "failpoint rewrites are committed (run failpoint-ctl disable):"; echo "$$bad"; echo "$$rw"; exit 1; fi
+
+lint: check-no-failpoint-rewrites
