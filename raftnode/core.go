@@ -1,0 +1,415 @@
+// Package raftnode runs VDL's Raft groups. The Core is deterministic: it
+// takes events (ticks, peer messages, proposals, completed appends) and
+// returns effects (sends, appends, completions). It never starts goroutines,
+// reads a clock, does IO or draws global randomness, and it never depends on
+// map iteration order, so the simulator can replay a whole cluster from a
+// seed. Drivers (production and test) carry the effects out.
+//
+// The only reads the core makes are of its groups' storage (raft.Storage and
+// the offset lookups), which is state the driver changes only through Append
+// effects the core asked for.
+package raftnode
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+
+	"go.etcd.io/raft/v3"
+	"go.etcd.io/raft/v3/raftpb"
+)
+
+// ProposalID names a proposal; the driver chooses it and gets it back in
+// exactly one Complete effect.
+type ProposalID uint64
+
+// Proposal failures. ErrNotLeader, ErrBackpressure and ErrShutdown are
+// definite (the proposal was not and will not be committed); ErrOverwritten
+// is definite too: the entry was replaced by a new leader's log.
+var (
+	ErrNotLeader    = errors.New("raftnode: not the leader")
+	ErrBackpressure = errors.New("raftnode: too many uncommitted bytes, retry later")
+	ErrOverwritten  = errors.New("raftnode: proposal overwritten by a new leader")
+	ErrUnknownGroup = errors.New("raftnode: unknown group")
+	ErrGroupExists  = errors.New("raftnode: group already exists")
+	ErrShutdown     = errors.New("raftnode: group removed")
+)
+
+// Storage is what the core reads of a group's log. *storage.Log satisfies it.
+type Storage interface {
+	raft.Storage
+	// Applied is the last applied index made durable before a restart.
+	Applied() uint64
+	// EntryOffsets returns the Kafka offsets taken by the entry at index.
+	EntryOffsets(index uint64) (base, next int64, err error)
+	// NextOffsetAt returns the offset after all records up to index.
+	NextOffsetAt(index uint64) (int64, error)
+}
+
+// Config configures a Core. Zero values get sensible defaults.
+type Config struct {
+	ID            uint64 // this server's node id, the same in every group
+	ElectionTick  int    // default 10
+	HeartbeatTick int    // default 1
+	// MaxSizePerMsg bounds an append message (default 1 MiB).
+	MaxSizePerMsg uint64
+	// MaxInflightMsgs and MaxInflightBytes bound unacknowledged appends per
+	// follower (defaults 256 and 32 MiB).
+	MaxInflightMsgs  int
+	MaxInflightBytes uint64
+	// MaxUncommittedBytes bounds a group's proposed-but-not-applied bytes;
+	// beyond it proposals fail fast with ErrBackpressure (default 64 MiB).
+	MaxUncommittedBytes uint64
+	// SyncWrites turns raft's asynchronous storage writes off: each Ready
+	// is persisted before its messages are sent and the next one is taken.
+	// It exists to measure what the pipeline buys.
+	SyncWrites bool
+	Logger     raft.Logger
+}
+
+func (c *Config) defaults() {
+	if c.ElectionTick == 0 {
+		c.ElectionTick = 10
+	}
+	if c.HeartbeatTick == 0 {
+		c.HeartbeatTick = 1
+	}
+	if c.MaxSizePerMsg == 0 {
+		c.MaxSizePerMsg = 1 << 20
+	}
+	if c.MaxInflightMsgs == 0 {
+		c.MaxInflightMsgs = 256
+	}
+	if c.MaxInflightBytes == 0 {
+		c.MaxInflightBytes = 32 << 20
+	}
+	if c.MaxUncommittedBytes == 0 {
+		c.MaxUncommittedBytes = 64 << 20
+	}
+	if c.Logger == nil {
+		c.Logger = quietLogger{}
+	}
+}
+
+// Core owns every Raft group of one server.
+type Core struct {
+	cfg     Config
+	groups  map[uint64]*group
+	ids     []uint64 // sorted group ids: iteration order never comes from the map
+	effects []Effect
+}
+
+// NewCore returns a core with no groups.
+func NewCore(cfg Config) *Core {
+	cfg.defaults()
+	return &Core{cfg: cfg, groups: map[uint64]*group{}}
+}
+
+// ID returns this server's node id.
+func (c *Core) ID() uint64 { return c.cfg.ID }
+
+// TakeEffects returns the effects emitted since the last call, in order.
+func (c *Core) TakeEffects() []Effect {
+	e := c.effects
+	c.effects = nil
+	return e
+}
+
+func (c *Core) emit(e Effect) { c.effects = append(c.effects, e) }
+
+// Groups returns the ids of the hosted groups, sorted.
+func (c *Core) Groups() []uint64 { return slices.Clone(c.ids) }
+
+// AddGroup starts hosting a group whose log is st. A new group's storage
+// must have been bootstrapped with its initial membership.
+func (c *Core) AddGroup(id uint64, st Storage) error {
+	if _, ok := c.groups[id]; ok {
+		return fmt.Errorf("%w: %d", ErrGroupExists, id)
+	}
+	applied := st.Applied()
+	rn, err := raft.NewRawNode(&raft.Config{
+		ID:                        c.cfg.ID,
+		ElectionTick:              c.cfg.ElectionTick,
+		HeartbeatTick:             c.cfg.HeartbeatTick,
+		Storage:                   st,
+		Applied:                   applied,
+		MaxSizePerMsg:             c.cfg.MaxSizePerMsg,
+		MaxCommittedSizePerReady:  4 * c.cfg.MaxSizePerMsg,
+		MaxInflightMsgs:           c.cfg.MaxInflightMsgs,
+		MaxInflightBytes:          c.cfg.MaxInflightBytes,
+		CheckQuorum:               true,
+		PreVote:                   true,
+		AsyncStorageWrites:        !c.cfg.SyncWrites,
+		DisableProposalForwarding: true,
+		StepDownOnRemoval:         true,
+		Logger:                    c.cfg.Logger,
+	})
+	if err != nil {
+		return fmt.Errorf("raftnode: group %d: %w", id, err)
+	}
+	hwm, err := st.NextOffsetAt(applied)
+	if err != nil {
+		hwm = 0
+	}
+	g := &group{id: id, rn: rn, st: st, applied: applied, hwm: hwm, pending: map[uint64][]pending{}}
+	c.groups[id] = g
+	c.ids = append(c.ids, id)
+	slices.Sort(c.ids)
+	c.drain(g)
+	return nil
+}
+
+// RemoveGroup stops hosting a group. Its pending proposals fail with
+// ErrShutdown (they may still commit elsewhere: callers treat it as unknown).
+func (c *Core) RemoveGroup(id uint64) {
+	g, ok := c.groups[id]
+	if !ok {
+		return
+	}
+	g.failAll(c, ErrShutdown)
+	delete(c.groups, id)
+	c.ids = slices.DeleteFunc(c.ids, func(x uint64) bool { return x == id })
+}
+
+// Tick advances every group's logical clock by one tick.
+func (c *Core) Tick() {
+	for _, id := range c.ids {
+		g := c.groups[id]
+		g.rn.Tick()
+		c.drain(g)
+	}
+}
+
+// Step delivers a message from a peer.
+func (c *Core) Step(group uint64, m *raftpb.Message) {
+	g, ok := c.groups[group]
+	if !ok {
+		return
+	}
+	if raft.IsLocalMsg(m.GetType()) {
+		return // never from the network
+	}
+	_ = g.rn.Step(m) // peer-not-found and stale messages are dropped, as raft intends
+	c.drain(g)
+}
+
+// Propose proposes data (UserData or a command) in a group. The result
+// arrives as a Complete effect with the same id.
+func (c *Core) Propose(group uint64, id ProposalID, data []byte) {
+	c.propose(group, id, &raftpb.Entry{Type: raftpb.EntryNormal.Enum(), Data: data})
+}
+
+// ProposeConfChange proposes a membership change.
+func (c *Core) ProposeConfChange(group uint64, id ProposalID, cc *raftpb.ConfChangeV2) {
+	typ, data, err := raftpb.MarshalConfChange(cc)
+	if err != nil {
+		c.emit(Complete{Group: group, ID: id, Err: err})
+		return
+	}
+	c.propose(group, id, &raftpb.Entry{Type: typ.Enum(), Data: data})
+}
+
+func (c *Core) propose(group uint64, id ProposalID, e *raftpb.Entry) {
+	g, ok := c.groups[group]
+	if !ok {
+		c.emit(Complete{Group: group, ID: id, Err: ErrUnknownGroup})
+		return
+	}
+	if g.role != raft.StateLeader {
+		c.emit(Complete{Group: group, ID: id, Err: ErrNotLeader})
+		return
+	}
+	size := uint64(len(e.GetData()))
+	if g.uncommitted+size > c.cfg.MaxUncommittedBytes && g.uncommitted > 0 {
+		c.emit(Complete{Group: group, ID: id, Err: ErrBackpressure})
+		return
+	}
+	if g.waiting != nil { // sync writes: propose after the current Ready is persisted
+		g.queued = append(g.queued, queuedProposal{id: id, entry: e})
+		g.uncommitted += size
+		return
+	}
+	g.uncommitted += size
+	c.proposeNow(g, []queuedProposal{{id: id, entry: e}})
+}
+
+// proposeNow steps proposals into raft and learns their indexes from the
+// Ready taken right after: raft appends each accepted proposal as exactly
+// one entry at the end of its log, and nothing else runs in between.
+func (c *Core) proposeNow(g *group, qs []queuedProposal) {
+	var accepted []queuedProposal
+	for _, q := range qs {
+		err := g.rn.Step(&raftpb.Message{
+			Type:    raftpb.MsgProp.Enum(),
+			From:    new(c.cfg.ID),
+			Entries: []*raftpb.Entry{q.entry},
+		})
+		if err != nil {
+			g.uncommitted -= uint64(len(q.entry.GetData()))
+			c.emit(Complete{Group: g.id, ID: q.id, Err: ErrNotLeader})
+			continue
+		}
+		accepted = append(accepted, q)
+	}
+	if len(accepted) == 0 {
+		c.drain(g)
+		return
+	}
+	rd := g.rn.Ready()
+	ents := rd.Entries
+	if !c.cfg.SyncWrites {
+		ents = nil
+		for _, m := range rd.Messages {
+			if m.GetTo() == raft.LocalAppendThread {
+				ents = m.GetEntries()
+			}
+		}
+	}
+	if len(ents) < len(accepted) {
+		panic(fmt.Sprintf("raftnode: group %d: %d proposals accepted but %d entries appended", g.id, len(accepted), len(ents)))
+	}
+	tail := ents[len(ents)-len(accepted):]
+	for i, q := range accepted {
+		idx := tail[i].GetIndex()
+		g.pending[idx] = append(g.pending[idx], pending{id: q.id, term: tail[i].GetTerm(), size: uint64(len(q.entry.GetData()))})
+	}
+	c.handleReady(g, rd)
+	c.drain(g)
+}
+
+// TransferLeader asks the group's leader to hand leadership to peer to.
+func (c *Core) TransferLeader(group, to uint64) {
+	if g, ok := c.groups[group]; ok {
+		g.rn.TransferLeader(to)
+		c.drain(g)
+	}
+}
+
+// Campaign makes this server start an election in the group now.
+func (c *Core) Campaign(group uint64) {
+	if g, ok := c.groups[group]; ok {
+		_ = g.rn.Campaign()
+		c.drain(g)
+	}
+}
+
+// ReportUnreachable tells raft a message to peer could not be delivered.
+func (c *Core) ReportUnreachable(group, peer uint64) {
+	if g, ok := c.groups[group]; ok {
+		g.rn.ReportUnreachable(peer)
+		c.drain(g)
+	}
+}
+
+// ReportSnapshot tells raft whether sending a snapshot to peer succeeded.
+func (c *Core) ReportSnapshot(group, peer uint64, ok bool) {
+	if g, found := c.groups[group]; found {
+		st := raft.SnapshotFinish
+		if !ok {
+			st = raft.SnapshotFailure
+		}
+		g.rn.ReportSnapshot(peer, st)
+		c.drain(g)
+	}
+}
+
+// AppendDone reports that the Append effect carrying m is durable. A failed
+// append is fatal for the group's log (the driver stops the server): raft
+// cannot continue from an unknown disk state.
+func (c *Core) AppendDone(group uint64, m *raftpb.Message) {
+	g, ok := c.groups[group]
+	if !ok {
+		return
+	}
+	if c.cfg.SyncWrites {
+		rd := g.waiting
+		if rd == nil {
+			return
+		}
+		g.waiting = nil
+		c.sendAll(g, rd.Messages)
+		c.apply(g, rd.CommittedEntries)
+		g.rn.Advance(*rd)
+		if len(g.queued) > 0 {
+			qs := g.queued
+			g.queued = nil
+			c.proposeNow(g, qs)
+		}
+		c.drain(g)
+		return
+	}
+	for _, r := range m.GetResponses() {
+		if r.GetTo() == c.cfg.ID {
+			_ = g.rn.Step(r)
+		} else {
+			c.emit(Send{Group: g.id, Msg: r})
+		}
+	}
+	c.drain(g)
+}
+
+// drain handles every Ready the group has.
+func (c *Core) drain(g *group) {
+	for g.waiting == nil && g.rn.HasReady() {
+		c.handleReady(g, g.rn.Ready())
+	}
+}
+
+func (c *Core) handleReady(g *group, rd raft.Ready) {
+	if rd.SoftState != nil {
+		c.noteSoftState(g, rd.SoftState)
+	}
+	if c.cfg.SyncWrites {
+		c.handleSyncReady(g, rd)
+		return
+	}
+	for _, m := range rd.Messages {
+		switch m.GetTo() {
+		case raft.LocalAppendThread:
+			c.emit(Append{Group: g.id, Msg: m})
+		case raft.LocalApplyThread:
+			c.apply(g, m.GetEntries())
+			for _, r := range m.GetResponses() {
+				_ = g.rn.Step(r)
+			}
+		default:
+			c.emit(Send{Group: g.id, Msg: m})
+		}
+	}
+}
+
+// handleSyncReady persists first, then sends and applies (in AppendDone).
+func (c *Core) handleSyncReady(g *group, rd raft.Ready) {
+	needWrite := len(rd.Entries) > 0 || !raft.IsEmptyHardState(rd.HardState) || !raft.IsEmptySnap(rd.Snapshot)
+	if !needWrite {
+		c.sendAll(g, rd.Messages)
+		c.apply(g, rd.CommittedEntries)
+		g.rn.Advance(rd)
+		return
+	}
+	m := &raftpb.Message{Type: raftpb.MsgStorageAppend.Enum(), To: new(raft.LocalAppendThread), From: new(c.cfg.ID), Entries: rd.Entries}
+	if !raft.IsEmptyHardState(rd.HardState) {
+		m.Term, m.Vote, m.Commit = new(rd.HardState.GetTerm()), new(rd.HardState.GetVote()), new(rd.HardState.GetCommit())
+	}
+	if !raft.IsEmptySnap(rd.Snapshot) {
+		m.Snapshot = rd.Snapshot
+	}
+	g.waiting = &rd
+	c.emit(Append{Group: g.id, Msg: m})
+}
+
+func (c *Core) sendAll(g *group, msgs []*raftpb.Message) {
+	for _, m := range msgs {
+		if m.GetTo() == c.cfg.ID {
+			_ = g.rn.Step(m)
+			continue
+		}
+		c.emit(Send{Group: g.id, Msg: m})
+	}
+}
+
+func (c *Core) noteSoftState(g *group, ss *raft.SoftState) {
+	g.role = ss.RaftState
+	g.lead = ss.Lead
+	c.emit(LeaderChanged{Group: g.id, Leader: ss.Lead, Term: g.rn.BasicStatus().GetTerm(), Role: ss.RaftState.String()})
+}

@@ -1,0 +1,138 @@
+package raftnode
+
+import (
+	"fmt"
+	"slices"
+
+	"go.etcd.io/raft/v3"
+	"go.etcd.io/raft/v3/raftpb"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/vdl-project/vdl/storage"
+)
+
+// group is one Raft group's state inside the core.
+type group struct {
+	id      uint64
+	rn      *raft.RawNode
+	st      Storage
+	role    raft.StateType
+	lead    uint64
+	applied uint64
+	hwm     int64
+
+	// pending proposals by log index. Two proposals can share an index
+	// (one from an old term that was overwritten, one from a new term):
+	// the applied entry's term tells which one won.
+	pending     map[uint64][]pending
+	uncommitted uint64
+
+	// Sync writes only: the Ready being persisted, and proposals that
+	// arrived meanwhile.
+	waiting *raft.Ready
+	queued  []queuedProposal
+}
+
+type pending struct {
+	id   ProposalID
+	term uint64
+	size uint64
+}
+
+type queuedProposal struct {
+	id    ProposalID
+	entry *raftpb.Entry
+}
+
+// apply applies committed entries in order. Applying a user entry only moves
+// the high watermark (offsets were stamped at append); conf changes go into
+// raft and are recorded; commands become effects.
+func (c *Core) apply(g *group, ents []*raftpb.Entry) {
+	if len(ents) == 0 {
+		return
+	}
+	for _, e := range ents {
+		idx := e.GetIndex()
+		if idx <= g.applied {
+			continue // replayed after a restart: already applied
+		}
+		var base, next int64
+		var err error
+		switch e.GetType() {
+		case raftpb.EntryConfChange:
+			var cc raftpb.ConfChange
+			if err = proto.Unmarshal(e.GetData(), &cc); err == nil {
+				c.applyConfChange(g, idx, &cc)
+			}
+		case raftpb.EntryConfChangeV2:
+			var cc raftpb.ConfChangeV2
+			if err = proto.Unmarshal(e.GetData(), &cc); err == nil {
+				c.applyConfChange(g, idx, &cc)
+			}
+		default:
+			data := e.GetData()
+			switch {
+			case len(data) > 0 && data[0] == storage.TagUser:
+				base, next, err = g.st.EntryOffsets(idx)
+			case len(data) > 0 && data[0] == storage.TagCommand:
+				var cmd Command
+				if cmd, err = DecodeCommand(data); err == nil && cmd.Kind == CmdRetain {
+					c.emit(Retain{Group: g.id, Index: idx, BeforeOffset: cmd.BeforeOffset})
+				}
+			}
+		}
+		if err != nil {
+			err = fmt.Errorf("raftnode: group %d: apply entry %d: %w", g.id, idx, err)
+			c.cfg.Logger.Errorf("%v", err)
+		}
+		g.resolve(c, idx, e.GetTerm(), base, next, err)
+		g.applied = idx
+	}
+	if hwm, err := g.st.NextOffsetAt(g.applied); err == nil {
+		g.hwm = hwm
+	}
+	c.emit(Applied{Group: g.id, Index: g.applied, HighWatermark: g.hwm})
+}
+
+func (c *Core) applyConfChange(g *group, idx uint64, cc raftpb.ConfChangeI) {
+	cs := g.rn.ApplyConfChange(cc)
+	c.emit(SaveConfState{Group: g.id, Index: idx, Conf: cs})
+}
+
+// resolve completes the proposals waiting on index idx.
+func (g *group) resolve(c *Core, idx, term uint64, base, next int64, err error) {
+	ps, ok := g.pending[idx]
+	if !ok {
+		return
+	}
+	delete(g.pending, idx)
+	for _, p := range ps {
+		g.uncommitted -= p.size
+		switch {
+		case p.term != term:
+			c.emit(Complete{Group: g.id, ID: p.id, Index: idx, Err: ErrOverwritten})
+		default:
+			c.emit(Complete{Group: g.id, ID: p.id, Index: idx, BaseOffset: base, NextOffset: next, Err: err})
+		}
+	}
+}
+
+// failAll fails every pending and queued proposal in index order.
+func (g *group) failAll(c *Core, err error) {
+	idxs := make([]uint64, 0, len(g.pending))
+	for idx := range g.pending {
+		idxs = append(idxs, idx)
+	}
+	slices.Sort(idxs)
+	for _, idx := range idxs {
+		for _, p := range g.pending[idx] {
+			c.emit(Complete{Group: g.id, ID: p.id, Index: idx, Err: err})
+		}
+	}
+	for _, q := range g.queued {
+		c.emit(Complete{Group: g.id, ID: q.id, Err: err})
+	}
+	g.pending = map[uint64][]pending{}
+	g.queued = nil
+	g.uncommitted = 0
+}

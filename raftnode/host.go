@@ -1,0 +1,529 @@
+package raftnode
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"sync"
+	"time"
+
+	"go.etcd.io/raft/v3/raftpb"
+
+	"github.com/vdl-project/vdl/storage"
+)
+
+// Log is a group's storage as the production driver uses it; *storage.Log
+// satisfies it.
+type Log interface {
+	Storage
+	Write(ents []*raftpb.Entry, hs *raftpb.HardState) error
+	Sync() (storage.Synced, error)
+	SetApplied(index uint64)
+	ApplyConfState(index uint64, cs *raftpb.ConfState) error
+	DeleteBefore(offset int64) (int, error)
+}
+
+// Sender delivers messages to peers (the TCP transport). Send must not block.
+type Sender interface {
+	Send(group uint64, m *raftpb.Message)
+}
+
+// ErrStopped: the host is stopped (shut down, or a disk write failed and it
+// stopped rather than acknowledge data that might not be durable).
+var ErrStopped = errors.New("raftnode: host stopped")
+
+// Result is the outcome of a committed proposal.
+type Result struct {
+	Index      uint64
+	BaseOffset int64
+	NextOffset int64
+}
+
+// HostConfig configures the production driver.
+type HostConfig struct {
+	Core         Config
+	TickInterval time.Duration // default 100ms
+	Sender       Sender
+	Logger       *slog.Logger
+}
+
+// Host is the production driver: it owns a Core on one goroutine, feeds it
+// real ticks and peer messages, and carries out its effects with an append
+// worker that group-commits (many appends, one fdatasync per log).
+type Host struct {
+	cfg    HostConfig
+	core   *Core
+	events chan func()
+	work   *workQueue
+	log    *slog.Logger
+
+	mu      sync.Mutex
+	logs    map[uint64]Log
+	futures map[ProposalID]chan completion
+	nextID  ProposalID
+	status  map[uint64]*groupView
+	err     error // set when the host stopped
+
+	stop chan struct{}
+	wg   sync.WaitGroup
+}
+
+type completion struct {
+	res Result
+	err error
+}
+
+// groupView is what other goroutines may read about a group without
+// entering the core: leader and high watermark, with a channel closed on
+// every high watermark change (fetch long polls wait on it).
+type groupView struct {
+	leader  uint64
+	term    uint64
+	role    string
+	hwm     int64
+	changed chan struct{}
+}
+
+// NewHost returns a started host with no groups.
+func NewHost(cfg HostConfig) *Host {
+	if cfg.TickInterval == 0 {
+		cfg.TickInterval = 100 * time.Millisecond
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.Core.Logger == nil {
+		cfg.Core.Logger = SlogLogger{L: cfg.Logger}
+	}
+	h := &Host{
+		cfg:     cfg,
+		core:    NewCore(cfg.Core),
+		events:  make(chan func(), 4096),
+		work:    newWorkQueue(),
+		log:     cfg.Logger,
+		logs:    map[uint64]Log{},
+		futures: map[ProposalID]chan completion{},
+		status:  map[uint64]*groupView{},
+		stop:    make(chan struct{}),
+	}
+	h.wg.Add(2)
+	go h.runCore()
+	go h.runAppends()
+	return h
+}
+
+// ID returns this server's node id.
+func (h *Host) ID() uint64 { return h.cfg.Core.ID }
+
+// Stop stops the host; pending proposals end with ErrStopped (their outcome
+// is unknown to callers). Logs are not closed: their owner closes them.
+func (h *Host) Stop() {
+	h.fail(ErrStopped)
+	h.wg.Wait()
+}
+
+// Err returns why the host stopped, or nil while it runs.
+func (h *Host) Err() error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.err
+}
+
+func (h *Host) fail(err error) {
+	h.mu.Lock()
+	if h.err != nil {
+		h.mu.Unlock()
+		return
+	}
+	h.err = err
+	futures := h.futures
+	h.futures = map[ProposalID]chan completion{}
+	for _, v := range h.status {
+		close(v.changed)
+		v.changed = make(chan struct{})
+	}
+	h.mu.Unlock()
+	close(h.stop)
+	h.work.close()
+	for _, ch := range futures {
+		ch <- completion{err: err}
+	}
+}
+
+// do runs f on the core goroutine. It returns ErrStopped if the host stopped.
+func (h *Host) do(f func()) error {
+	select {
+	case h.events <- f:
+		return nil
+	case <-h.stop:
+		return ErrStopped
+	}
+}
+
+// call runs f on the core goroutine and waits for it.
+func (h *Host) call(f func()) error {
+	done := make(chan struct{})
+	if err := h.do(func() { f(); close(done) }); err != nil {
+		return err
+	}
+	select {
+	case <-done:
+		return nil
+	case <-h.stop:
+		return ErrStopped
+	}
+}
+
+// AddGroup starts hosting a group on log.
+func (h *Host) AddGroup(id uint64, log Log) error {
+	var err error
+	if cerr := h.call(func() {
+		if err = h.core.AddGroup(id, log); err == nil {
+			h.mu.Lock()
+			h.logs[id] = log
+			h.status[id] = &groupView{changed: make(chan struct{})}
+			h.mu.Unlock()
+		}
+	}); cerr != nil {
+		return cerr
+	}
+	return err
+}
+
+// RemoveGroup stops hosting a group.
+func (h *Host) RemoveGroup(id uint64) error {
+	return h.call(func() {
+		h.core.RemoveGroup(id)
+		h.mu.Lock()
+		delete(h.logs, id)
+		if v, ok := h.status[id]; ok {
+			close(v.changed)
+			delete(h.status, id)
+		}
+		h.mu.Unlock()
+	})
+}
+
+// Step delivers a message from a peer (called by the transport).
+func (h *Host) Step(group uint64, m *raftpb.Message) {
+	_ = h.do(func() { h.core.Step(group, m) })
+}
+
+// ReportUnreachable tells the group that a message to peer was dropped.
+func (h *Host) ReportUnreachable(group, peer uint64) {
+	_ = h.do(func() { h.core.ReportUnreachable(group, peer) })
+}
+
+// Propose proposes data and waits for the outcome. Proposals submitted one
+// after another from one goroutine are ordered in the log in that order.
+// If ctx ends first the outcome is unknown and ctx's error is returned.
+func (h *Host) Propose(ctx context.Context, group uint64, data []byte) (Result, error) {
+	ch, err := h.ProposeAsync(group, data)
+	if err != nil {
+		return Result{}, err
+	}
+	select {
+	case c := <-ch:
+		return c.res, c.err
+	case <-ctx.Done():
+		return Result{}, ctx.Err()
+	}
+}
+
+// ProposeAsync submits a proposal and returns the channel its outcome will
+// arrive on (exactly once, unless the host stops first: then ErrStopped).
+func (h *Host) ProposeAsync(group uint64, data []byte) (<-chan completion, error) {
+	return h.submit(func(id ProposalID) { h.core.Propose(group, id, data) })
+}
+
+// ProposeConfChange proposes a membership change and waits for it to apply.
+func (h *Host) ProposeConfChange(ctx context.Context, group uint64, cc *raftpb.ConfChangeV2) error {
+	ch, err := h.submit(func(id ProposalID) { h.core.ProposeConfChange(group, id, cc) })
+	if err != nil {
+		return err
+	}
+	select {
+	case c := <-ch:
+		return c.err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func (h *Host) submit(f func(ProposalID)) (<-chan completion, error) {
+	ch := make(chan completion, 1)
+	h.mu.Lock()
+	if h.err != nil {
+		h.mu.Unlock()
+		return nil, h.err
+	}
+	h.nextID++
+	id := h.nextID
+	h.futures[id] = ch
+	h.mu.Unlock()
+	if err := h.do(func() { f(id) }); err != nil {
+		return nil, err
+	}
+	return ch, nil
+}
+
+// TransferLeader asks the group's leader to hand over to peer.
+func (h *Host) TransferLeader(group, to uint64) error {
+	return h.do(func() { h.core.TransferLeader(group, to) })
+}
+
+// Campaign starts an election in the group on this server.
+func (h *Host) Campaign(group uint64) error {
+	return h.do(func() { h.core.Campaign(group) })
+}
+
+// Status returns the group's full status (computed on the core goroutine).
+func (h *Host) Status(group uint64) (GroupStatus, bool) {
+	var s GroupStatus
+	var ok bool
+	if err := h.call(func() { s, ok = h.core.Status(group) }); err != nil {
+		return GroupStatus{}, false
+	}
+	return s, ok
+}
+
+// Groups returns the hosted group ids, sorted.
+func (h *Host) Groups() []uint64 {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	ids := make([]uint64, 0, len(h.status))
+	for id := range h.status {
+		ids = append(ids, id)
+	}
+	slices.Sort(ids)
+	return ids
+}
+
+// Leader returns the group's leader as last seen (0: none) and whether this
+// server is it.
+func (h *Host) Leader(group uint64) (leader uint64, ok bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	v, found := h.status[group]
+	if !found {
+		return 0, false
+	}
+	return v.leader, true
+}
+
+// HighWatermark returns the group's committed, locally durable end offset
+// and a channel closed when it next changes.
+func (h *Host) HighWatermark(group uint64) (int64, <-chan struct{}, bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	v, ok := h.status[group]
+	if !ok {
+		return 0, nil, false
+	}
+	return v.hwm, v.changed, true
+}
+
+func (h *Host) runCore() {
+	defer h.wg.Done()
+	t := time.NewTicker(h.cfg.TickInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-h.stop:
+			return
+		case <-t.C:
+			h.core.Tick()
+		case f := <-h.events:
+			f()
+			// Take what else is queued before dispatching, so one round of
+			// effects covers many events (fewer, larger appends).
+			for n := 0; n < 256; n++ {
+				select {
+				case f = <-h.events:
+					f()
+					continue
+				default:
+				}
+				break
+			}
+		}
+		h.dispatch(h.core.TakeEffects())
+	}
+}
+
+func (h *Host) dispatch(effects []Effect) {
+	for _, e := range effects {
+		switch e := e.(type) {
+		case Send:
+			h.cfg.Sender.Send(e.Group, e.Msg)
+		case Append, SaveConfState, Retain:
+			h.work.push(e)
+		case Applied:
+			h.work.push(e) // applied index is persisted after earlier conf states
+			h.publishHWM(e.Group, e.HighWatermark)
+		case Complete:
+			h.complete(e)
+		case LeaderChanged:
+			h.mu.Lock()
+			if v, ok := h.status[e.Group]; ok {
+				v.leader, v.term, v.role = e.Leader, e.Term, e.Role
+				close(v.changed) // waiters re-check leadership too
+				v.changed = make(chan struct{})
+			}
+			h.mu.Unlock()
+		}
+	}
+}
+
+func (h *Host) publishHWM(group uint64, hwm int64) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if v, ok := h.status[group]; ok && v.hwm != hwm {
+		v.hwm = hwm
+		close(v.changed)
+		v.changed = make(chan struct{})
+	}
+}
+
+func (h *Host) complete(e Complete) {
+	h.mu.Lock()
+	ch, ok := h.futures[e.ID]
+	delete(h.futures, e.ID)
+	h.mu.Unlock()
+	if !ok {
+		return
+	}
+	ch <- completion{res: Result{Index: e.Index, BaseOffset: e.BaseOffset, NextOffset: e.NextOffset}, err: e.Err}
+}
+
+// runAppends is the append worker: it takes every queued effect, writes all
+// appends, syncs each touched log once, and only then reports them done.
+func (h *Host) runAppends() {
+	defer h.wg.Done()
+	for {
+		batch, ok := h.work.takeAll()
+		if !ok {
+			return
+		}
+		if err := h.applyBatch(batch); err != nil {
+			h.log.Error("storage failed; stopping so nothing un-durable is acknowledged", "err", err)
+			h.fail(fmt.Errorf("%w: %v", ErrStopped, err))
+			return
+		}
+	}
+}
+
+func (h *Host) applyBatch(batch []Effect) error {
+	var done []Append
+	var touched []uint64
+	for _, e := range batch {
+		switch e := e.(type) {
+		case Append:
+			l := h.logOf(e.Group)
+			if l == nil {
+				continue
+			}
+			if err := writeAppend(l, e.Msg); err != nil {
+				return fmt.Errorf("group %d: %w", e.Group, err)
+			}
+			done = append(done, e)
+			if !slices.Contains(touched, e.Group) {
+				touched = append(touched, e.Group)
+			}
+		case SaveConfState:
+			if l := h.logOf(e.Group); l != nil {
+				if err := l.ApplyConfState(e.Index, e.Conf); err != nil {
+					return fmt.Errorf("group %d: save conf state: %w", e.Group, err)
+				}
+			}
+		case Retain:
+			if l := h.logOf(e.Group); l != nil {
+				if n, err := l.DeleteBefore(e.BeforeOffset); err != nil {
+					h.log.Warn("retention failed", "group", e.Group, "before", e.BeforeOffset, "err", err)
+				} else if n > 0 {
+					h.log.Info("retention deleted segments", "group", e.Group, "before", e.BeforeOffset, "segments", n)
+				}
+			}
+		case Applied:
+			if l := h.logOf(e.Group); l != nil {
+				l.SetApplied(e.Index)
+			}
+		}
+	}
+	for _, g := range touched {
+		if _, err := h.logOf(g).Sync(); err != nil {
+			return fmt.Errorf("group %d: sync: %w", g, err)
+		}
+	}
+	for _, a := range done {
+		_ = h.do(func() { h.core.AppendDone(a.Group, a.Msg) })
+	}
+	return nil
+}
+
+func (h *Host) logOf(group uint64) Log {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.logs[group]
+}
+
+// writeAppend writes a MsgStorageAppend's entries and hard state.
+func writeAppend(l Log, m *raftpb.Message) error {
+	if m.GetSnapshot().GetMetadata().GetIndex() != 0 {
+		return errors.New("snapshot install is not supported yet")
+	}
+	var hs *raftpb.HardState
+	if m.Term != nil || m.Vote != nil || m.Commit != nil {
+		hs = &raftpb.HardState{Term: new(m.GetTerm()), Vote: new(m.GetVote()), Commit: new(m.GetCommit())}
+	}
+	if len(m.GetEntries()) == 0 && hs == nil {
+		return nil
+	}
+	return l.Write(m.GetEntries(), hs)
+}
+
+// workQueue is an unbounded FIFO between the core and the append worker.
+// Unbounded is safe: the core only emits appends for proposals it admitted
+// under MaxUncommittedBytes and for messages raft bounds by inflight limits.
+type workQueue struct {
+	mu     sync.Mutex
+	cond   *sync.Cond
+	items  []Effect
+	closed bool
+}
+
+func newWorkQueue() *workQueue {
+	q := &workQueue{}
+	q.cond = sync.NewCond(&q.mu)
+	return q
+}
+
+func (q *workQueue) push(e Effect) {
+	q.mu.Lock()
+	q.items = append(q.items, e)
+	q.mu.Unlock()
+	q.cond.Signal()
+}
+
+func (q *workQueue) takeAll() ([]Effect, bool) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	for len(q.items) == 0 && !q.closed {
+		q.cond.Wait()
+	}
+	if q.closed {
+		return nil, false
+	}
+	items := q.items
+	q.items = nil
+	return items, true
+}
+
+func (q *workQueue) close() {
+	q.mu.Lock()
+	q.closed = true
+	q.mu.Unlock()
+	q.cond.Broadcast()
+}

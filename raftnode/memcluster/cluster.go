@@ -1,0 +1,410 @@
+// Package memcluster is the step-by-step driver of raftnode's Core: whole
+// clusters of servers, each with its Raft groups on the real storage engine
+// over an in-memory disk (vfs.Mem), connected by an in-memory network, all
+// on one goroutine. Every choice (message order, loss, when disks finish
+// writing, ticks) is drawn from seeded streams, so a seed replays a run
+// exactly; the trace hash proves it. The simulator grows from this.
+package memcluster
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"hash"
+	"math/rand/v2"
+	"path"
+	"slices"
+
+	"go.etcd.io/raft/v3/raftpb"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/vdl-project/vdl/raftnode"
+	"github.com/vdl-project/vdl/rng"
+	"github.com/vdl-project/vdl/storage"
+	"github.com/vdl-project/vdl/vfs"
+)
+
+// Config describes a cluster.
+type Config struct {
+	Seed        uint64
+	Nodes       []uint64 // node ids; all are voters of every group at bootstrap
+	Groups      []uint64 // group ids
+	SegmentSize int64    // default 1 MiB (small, so tests roll segments)
+	SyncWrites  bool
+	// DropRate is the probability a message is lost; Delay is the
+	// probability a message waits another step.
+	DropRate float64
+	Delay    float64
+	// DiskDelay is the probability a node's pending disk work waits another step.
+	DiskDelay float64
+	// TickEvery steps, every node ticks once (default 3).
+	TickEvery int
+	Core      raftnode.Config
+}
+
+// Cluster is a deterministic in-memory cluster.
+type Cluster struct {
+	cfg   Config
+	net   *rand.Rand
+	disk  *rand.Rand
+	nodes []*Node
+	wire  []envelope
+	cut   map[[2]uint64]bool // one-way links that drop everything
+	steps int
+	trace hash.Hash
+	// Results of proposals by id, as completed on the proposing node.
+	Results map[raftnode.ProposalID]raftnode.Complete
+	nextID  raftnode.ProposalID
+	// Trace, when non-nil, receives every traced line (for debugging).
+	Trace func(string)
+}
+
+type envelope struct {
+	from, to, group uint64
+	msg             *raftpb.Message
+}
+
+// Node is one server: a core, its disk and its logs.
+type Node struct {
+	ID    uint64
+	Core  *raftnode.Core
+	FS    *vfs.Mem
+	Logs  map[uint64]*storage.Log
+	Down  bool
+	work  []raftnode.Effect
+	hwm   map[uint64]int64
+	c     *Cluster
+	crash *rand.Rand
+}
+
+// New builds and bootstraps a cluster.
+func New(cfg Config) (*Cluster, error) {
+	if cfg.SegmentSize == 0 {
+		cfg.SegmentSize = 1 << 20
+	}
+	if cfg.TickEvery == 0 {
+		cfg.TickEvery = 3
+	}
+	c := &Cluster{
+		cfg:     cfg,
+		net:     rng.New(cfg.Seed, "network"),
+		disk:    rng.New(cfg.Seed, "disk"),
+		cut:     map[[2]uint64]bool{},
+		trace:   sha256.New(),
+		Results: map[raftnode.ProposalID]raftnode.Complete{},
+	}
+	voters := slices.Clone(cfg.Nodes)
+	slices.Sort(voters)
+	for _, id := range voters {
+		n := &Node{ID: id, FS: vfs.NewMem(), c: c, crash: rng.New(cfg.Seed, fmt.Sprintf("crash-%d", id))}
+		// The node's data directory, made durable as an installer would.
+		if err := n.FS.MkdirAll(n.dir()); err != nil {
+			return nil, err
+		}
+		if err := errors.Join(n.FS.SyncDir("/"), n.FS.SyncDir(n.dir())); err != nil {
+			return nil, err
+		}
+		for _, g := range cfg.Groups {
+			l, err := n.openLog(g)
+			if err != nil {
+				return nil, err
+			}
+			if err := l.Bootstrap(&raftpb.ConfState{Voters: voters}); err != nil {
+				return nil, err
+			}
+			if err := l.Close(); err != nil {
+				return nil, err
+			}
+		}
+		if err := n.start(); err != nil {
+			return nil, err
+		}
+		c.nodes = append(c.nodes, n)
+	}
+	return c, nil
+}
+
+func (n *Node) openLog(group uint64) (*storage.Log, error) {
+	return storage.Open(storage.Options{
+		FS:          n.FS,
+		Dir:         path.Join(n.dir(), fmt.Sprintf("g%d", group)),
+		Stream:      group,
+		SegmentSize: n.c.cfg.SegmentSize,
+	})
+}
+
+func (n *Node) dir() string { return fmt.Sprintf("/n%d", n.ID) }
+
+// start opens the node's logs and builds a fresh core over them.
+func (n *Node) start() error {
+	cc := n.c.cfg.Core
+	cc.ID = n.ID
+	cc.SyncWrites = n.c.cfg.SyncWrites
+	n.Core = raftnode.NewCore(cc)
+	n.Logs = map[uint64]*storage.Log{}
+	n.hwm = map[uint64]int64{}
+	for _, g := range n.c.cfg.Groups {
+		l, err := n.openLog(g)
+		if err != nil {
+			return fmt.Errorf("node %d group %d: %w", n.ID, g, err)
+		}
+		n.Logs[g] = l
+		if err := n.Core.AddGroup(g, l); err != nil {
+			return err
+		}
+	}
+	n.Down = false
+	n.route()
+	return nil
+}
+
+// Node returns the node with id.
+func (c *Cluster) Node(id uint64) *Node {
+	for _, n := range c.nodes {
+		if n.ID == id {
+			return n
+		}
+	}
+	return nil
+}
+
+// Nodes returns every node, by id.
+func (c *Cluster) Nodes() []*Node { return c.nodes }
+
+// HighWatermark returns the node's last applied high watermark of a group.
+func (n *Node) HighWatermark(group uint64) int64 { return n.hwm[group] }
+
+func (c *Cluster) record(format string, args ...any) {
+	line := fmt.Sprintf(format, args...)
+	c.trace.Write([]byte(line))
+	c.trace.Write([]byte{'\n'})
+	if c.Trace != nil {
+		c.Trace(line)
+	}
+}
+
+// TraceHash is the hash of everything that happened so far.
+func (c *Cluster) TraceHash() string { return hex.EncodeToString(c.trace.Sum(nil)) }
+
+// route takes the core's effects and puts them where they go.
+func (n *Node) route() {
+	for _, e := range n.Core.TakeEffects() {
+		n.c.record("n%d %s", n.ID, raftnode.Describe(e))
+		switch e := e.(type) {
+		case raftnode.Send:
+			// Clone: peers must never share memory, as over a real wire.
+			n.c.wire = append(n.c.wire, envelope{from: n.ID, to: e.Msg.GetTo(), group: e.Group, msg: proto.Clone(e.Msg).(*raftpb.Message)})
+		case raftnode.Append, raftnode.SaveConfState, raftnode.Retain, raftnode.Applied:
+			if a, ok := e.(raftnode.Applied); ok {
+				n.hwm[a.Group] = a.HighWatermark
+			}
+			n.work = append(n.work, e)
+		case raftnode.Complete:
+			n.c.Results[e.ID] = e
+		}
+	}
+}
+
+// flush carries out the node's pending disk work like the production
+// append worker: write everything, one sync per touched log, then report.
+func (n *Node) flush() error {
+	work := n.work
+	n.work = nil
+	var done []raftnode.Append
+	var touched []uint64
+	for _, e := range work {
+		switch e := e.(type) {
+		case raftnode.Append:
+			m := e.Msg
+			var hs *raftpb.HardState
+			if m.Term != nil || m.Vote != nil || m.Commit != nil {
+				hs = &raftpb.HardState{Term: new(m.GetTerm()), Vote: new(m.GetVote()), Commit: new(m.GetCommit())}
+			}
+			if len(m.GetEntries()) > 0 || hs != nil {
+				if err := n.Logs[e.Group].Write(m.GetEntries(), hs); err != nil {
+					return fmt.Errorf("node %d group %d write: %w", n.ID, e.Group, err)
+				}
+			}
+			done = append(done, e)
+			if !slices.Contains(touched, e.Group) {
+				touched = append(touched, e.Group)
+			}
+		case raftnode.SaveConfState:
+			if err := n.Logs[e.Group].ApplyConfState(e.Index, e.Conf); err != nil {
+				return err
+			}
+		case raftnode.Retain:
+			if _, err := n.Logs[e.Group].DeleteBefore(e.BeforeOffset); err != nil {
+				return err
+			}
+		case raftnode.Applied:
+			n.Logs[e.Group].SetApplied(e.Index)
+		}
+	}
+	for _, g := range touched {
+		if _, err := n.Logs[g].Sync(); err != nil {
+			return fmt.Errorf("node %d group %d sync: %w", n.ID, g, err)
+		}
+	}
+	for _, a := range done {
+		n.Core.AppendDone(a.Group, a.Msg)
+		n.route()
+	}
+	return nil
+}
+
+// Step runs one round: disks finish work, the network delivers, clocks tick.
+func (c *Cluster) Step() error {
+	c.steps++
+	for _, n := range c.nodes {
+		if n.Down || len(n.work) == 0 || c.disk.Float64() < c.cfg.DiskDelay {
+			continue
+		}
+		if err := n.flush(); err != nil {
+			return err
+		}
+	}
+	wire := c.wire
+	c.wire = nil
+	c.net.Shuffle(len(wire), func(i, j int) { wire[i], wire[j] = wire[j], wire[i] })
+	for _, env := range wire {
+		if c.net.Float64() < c.cfg.Delay {
+			c.wire = append(c.wire, env)
+			continue
+		}
+		to := c.Node(env.to)
+		if to == nil || to.Down || c.cut[[2]uint64{env.from, env.to}] || c.net.Float64() < c.cfg.DropRate {
+			continue
+		}
+		to.Core.Step(env.group, env.msg)
+		to.route()
+	}
+	if c.steps%c.cfg.TickEvery == 0 {
+		for _, n := range c.nodes {
+			if !n.Down {
+				n.Core.Tick()
+				n.route()
+			}
+		}
+	}
+	return nil
+}
+
+// Run runs n steps.
+func (c *Cluster) Run(steps int) error {
+	for i := 0; i < steps; i++ {
+		if err := c.Step(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// RunUntil steps until cond holds or max steps pass; it reports whether
+// cond held.
+func (c *Cluster) RunUntil(max int, cond func() bool) (bool, error) {
+	for i := 0; i < max; i++ {
+		if cond() {
+			return true, nil
+		}
+		if err := c.Step(); err != nil {
+			return false, err
+		}
+	}
+	return cond(), nil
+}
+
+// Leader returns the node that leads group (by its own account, with the
+// highest term), or nil.
+func (c *Cluster) Leader(group uint64) *Node {
+	var best *Node
+	var bestTerm uint64
+	for _, n := range c.nodes {
+		if n.Down {
+			continue
+		}
+		s, ok := n.Core.Status(group)
+		if ok && s.Role == "StateLeader" && s.Term >= bestTerm {
+			best, bestTerm = n, s.Term
+		}
+	}
+	return best
+}
+
+// Propose proposes data on node n and returns the proposal id; the outcome
+// appears in Results.
+func (c *Cluster) Propose(n *Node, group uint64, data []byte) raftnode.ProposalID {
+	c.nextID++
+	id := c.nextID
+	n.Core.Propose(group, id, data)
+	n.route()
+	return id
+}
+
+// ProposeConfChange proposes a membership change on node n.
+func (c *Cluster) ProposeConfChange(n *Node, group uint64, cc *raftpb.ConfChangeV2) raftnode.ProposalID {
+	c.nextID++
+	id := c.nextID
+	n.Core.ProposeConfChange(group, id, cc)
+	n.route()
+	return id
+}
+
+// Crash stops node id like a power cut: unsynced disk writes are partly
+// lost (seeded), in-flight work and messages to it vanish.
+func (c *Cluster) Crash(id uint64) {
+	n := c.Node(id)
+	if n == nil || n.Down {
+		return
+	}
+	c.record("crash n%d", id)
+	n.Down = true
+	n.work = nil
+	n.FS.Crash(n.crash)
+	n.Logs = nil
+	n.Core = nil
+}
+
+// Restart recovers a crashed node from its disk.
+func (c *Cluster) Restart(id uint64) error {
+	n := c.Node(id)
+	if n == nil || !n.Down {
+		return nil
+	}
+	c.record("restart n%d", id)
+	return n.start()
+}
+
+// Partition cuts both directions between a and b; Heal restores all links.
+func (c *Cluster) Partition(a, b uint64) {
+	c.cut[[2]uint64{a, b}] = true
+	c.cut[[2]uint64{b, a}] = true
+	c.record("partition n%d n%d", a, b)
+}
+
+// Isolate cuts node id off from every other node.
+func (c *Cluster) Isolate(id uint64) {
+	for _, n := range c.nodes {
+		if n.ID != id {
+			c.Partition(id, n.ID)
+		}
+	}
+}
+
+// Heal restores every link.
+func (c *Cluster) Heal() {
+	c.cut = map[[2]uint64]bool{}
+	c.record("heal")
+}
+
+// Close closes every log.
+func (c *Cluster) Close() {
+	for _, n := range c.nodes {
+		for _, g := range n.c.cfg.Groups {
+			if l := n.Logs[g]; l != nil {
+				_ = l.Close()
+			}
+		}
+	}
+}

@@ -1,0 +1,224 @@
+package memcluster
+
+import (
+	"bytes"
+	"encoding/binary"
+	"fmt"
+	"hash/crc32"
+	"testing"
+	"testing/cryptotest"
+
+	"github.com/stretchr/testify/require"
+	"go.etcd.io/raft/v3/raftpb"
+
+	"github.com/vdl-project/vdl/raftnode"
+)
+
+// batch builds a minimal valid Kafka RecordBatch v2 with n records.
+func batch(n int, payload []byte) []byte {
+	var recs []byte
+	for i := 0; i < n; i++ {
+		var r []byte
+		r = append(r, 0)                                // attributes
+		r = binary.AppendVarint(r, 0)                   // timestamp delta
+		r = binary.AppendVarint(r, int64(i))            // offset delta
+		r = binary.AppendVarint(r, -1)                  // key: null
+		r = binary.AppendVarint(r, int64(len(payload))) // value length
+		r = append(r, payload...)
+		r = binary.AppendVarint(r, 0) // headers
+		recs = binary.AppendVarint(recs, int64(len(r)))
+		recs = append(recs, r...)
+	}
+	b := make([]byte, 61, 61+len(recs))
+	b = append(b, recs...)
+	binary.BigEndian.PutUint32(b[8:], uint32(len(b)-12))
+	binary.BigEndian.PutUint32(b[12:], 0xffffffff)
+	b[16] = 2
+	binary.BigEndian.PutUint32(b[23:], uint32(n-1))
+	binary.BigEndian.PutUint64(b[27:], 1000)
+	binary.BigEndian.PutUint64(b[35:], 1000)
+	binary.BigEndian.PutUint64(b[43:], ^uint64(0))
+	binary.BigEndian.PutUint16(b[51:], 0xffff)
+	binary.BigEndian.PutUint32(b[53:], 0xffffffff)
+	binary.BigEndian.PutUint32(b[57:], uint32(n))
+	binary.BigEndian.PutUint32(b[17:], crc32.Checksum(b[21:], crc32.MakeTable(crc32.Castagnoli)))
+	return b
+}
+
+func newCluster(t *testing.T, seed uint64, nodes []uint64, groups []uint64, mod func(*Config)) *Cluster {
+	t.Helper()
+	cfg := Config{Seed: seed, Nodes: nodes, Groups: groups, Delay: 0.2, DiskDelay: 0.3}
+	if mod != nil {
+		mod(&cfg)
+	}
+	c, err := New(cfg)
+	require.NoError(t, err)
+	t.Cleanup(c.Close)
+	return c
+}
+
+func waitLeader(t *testing.T, c *Cluster, group uint64) *Node {
+	t.Helper()
+	var l *Node
+	ok, err := c.RunUntil(5000, func() bool { l = c.Leader(group); return l != nil })
+	require.NoError(t, err)
+	require.True(t, ok, "no leader elected in group %d", group)
+	return l
+}
+
+// produce proposes count batches on the group's leader and runs until all
+// complete, returning the successful results.
+func produce(t *testing.T, c *Cluster, group uint64, count int) []raftnode.Complete {
+	t.Helper()
+	var ids []raftnode.ProposalID
+	for len(ids) < count {
+		l := waitLeader(t, c, group)
+		id := c.Propose(l, group, raftnode.UserData(batch(1+len(ids)%3, []byte(fmt.Sprintf("v%d", len(ids))))))
+		require.NoError(t, c.Run(1))
+		if r, done := c.Results[id]; done && r.Err != nil {
+			continue // not leader any more: retry
+		}
+		ids = append(ids, id)
+	}
+	ok, err := c.RunUntil(20000, func() bool {
+		for _, id := range ids {
+			if _, done := c.Results[id]; !done {
+				return false
+			}
+		}
+		return true
+	})
+	require.NoError(t, err)
+	require.True(t, ok, "proposals did not complete")
+	var out []raftnode.Complete
+	for _, id := range ids {
+		out = append(out, c.Results[id])
+	}
+	return out
+}
+
+func TestReplicationAndOffsets(t *testing.T) {
+	cryptotest.SetGlobalRandom(t, 1)
+	c := newCluster(t, 1, []uint64{1, 2, 3}, []uint64{7}, nil)
+	res := produce(t, c, 7, 50)
+	next := int64(0)
+	for _, r := range res {
+		require.NoError(t, r.Err)
+		require.Equal(t, next, r.BaseOffset, "offsets are dense in proposal order")
+		next = r.NextOffset
+	}
+	// Every replica converges to byte-identical logs.
+	ok, err := c.RunUntil(5000, func() bool {
+		for _, n := range c.Nodes() {
+			if n.HighWatermark(7) != next {
+				return false
+			}
+		}
+		return true
+	})
+	require.NoError(t, err)
+	require.True(t, ok)
+	requireIdentical(t, c, 7)
+}
+
+func requireIdentical(t *testing.T, c *Cluster, group uint64) {
+	t.Helper()
+	var ref []byte
+	for i, n := range c.Nodes() {
+		if n.Down {
+			continue
+		}
+		l := n.Logs[group]
+		bs, err := l.Read(l.StartOffset(), n.HighWatermark(group), 1<<30)
+		require.NoError(t, err)
+		var all []byte
+		for _, b := range bs {
+			all = append(all, b.Data...)
+		}
+		if i == 0 || ref == nil {
+			ref = all
+			continue
+		}
+		require.True(t, bytes.Equal(ref, all), "replica n%d differs", n.ID)
+	}
+}
+
+func TestCrashRestartLosesNothingAcknowledged(t *testing.T) {
+	cryptotest.SetGlobalRandom(t, 2)
+	c := newCluster(t, 2, []uint64{1, 2, 3}, []uint64{1}, nil)
+	acked := produce(t, c, 1, 20)
+	l := waitLeader(t, c, 1)
+	c.Crash(l.ID)
+	acked = append(acked, produce(t, c, 1, 20)...)
+	require.NoError(t, c.Restart(l.ID))
+	acked = append(acked, produce(t, c, 1, 5)...)
+	end := acked[len(acked)-1].NextOffset
+	ok, err := c.RunUntil(10000, func() bool {
+		for _, n := range c.Nodes() {
+			if n.HighWatermark(1) < end {
+				return false
+			}
+		}
+		return true
+	})
+	require.NoError(t, err)
+	require.True(t, ok, "restarted node did not catch up")
+	requireIdentical(t, c, 1)
+	for i := 1; i < len(acked); i++ {
+		require.Equal(t, acked[i-1].NextOffset, acked[i].BaseOffset)
+	}
+}
+
+func TestMinorityLeaderCannotCommit(t *testing.T) {
+	cryptotest.SetGlobalRandom(t, 3)
+	c := newCluster(t, 3, []uint64{1, 2, 3}, []uint64{1}, nil)
+	produce(t, c, 1, 3)
+	old := waitLeader(t, c, 1)
+	c.Isolate(old.ID)
+	id := c.Propose(old, 1, raftnode.UserData(batch(1, []byte("lost"))))
+	require.NoError(t, c.Run(300))
+	r, done := c.Results[id]
+	require.False(t, done && r.Err == nil, "a minority leader acknowledged a write")
+	c.Heal()
+	produce(t, c, 1, 3)
+	require.NoError(t, c.Run(500))
+	r, done = c.Results[id]
+	require.True(t, done, "the isolated proposal must resolve after heal")
+	require.ErrorIs(t, r.Err, raftnode.ErrOverwritten)
+}
+
+func TestMembershipChange(t *testing.T) {
+	cryptotest.SetGlobalRandom(t, 4)
+	c := newCluster(t, 4, []uint64{1, 2, 3}, []uint64{1}, nil)
+	produce(t, c, 1, 5)
+	l := waitLeader(t, c, 1)
+	// Remove node 3, then the group runs on two voters.
+	id := c.ProposeConfChange(l, 1, &raftpb.ConfChangeV2{Changes: []*raftpb.ConfChangeSingle{{Type: raftpb.ConfChangeRemoveNode.Enum(), NodeId: new(uint64(3))}}})
+	ok, err := c.RunUntil(5000, func() bool { _, done := c.Results[id]; return done })
+	require.NoError(t, err)
+	require.True(t, ok)
+	require.NoError(t, c.Results[id].Err)
+	produce(t, c, 1, 5)
+	s, _ := waitLeader(t, c, 1).Core.Status(1)
+	require.Equal(t, []uint64{1, 2}, s.Voters)
+}
+
+func TestDeterministicTraceHash(t *testing.T) {
+	run := func() string {
+		var h string
+		t.Run("run", func(t *testing.T) {
+			cryptotest.SetGlobalRandom(t, 42)
+			c := newCluster(t, 42, []uint64{1, 2, 3}, []uint64{1, 2}, func(cfg *Config) { cfg.DropRate = 0.05 })
+			produce(t, c, 1, 20)
+			c.Crash(2)
+			produce(t, c, 2, 10)
+			require.NoError(t, c.Restart(2))
+			produce(t, c, 1, 10)
+			h = c.TraceHash()
+		})
+		return h
+	}
+	a, b := run(), run()
+	require.NotEmpty(t, a)
+	require.Equal(t, a, b, "the same seed must replay the same trace")
+}

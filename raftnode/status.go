@@ -1,0 +1,89 @@
+package raftnode
+
+import (
+	"slices"
+
+	"go.etcd.io/raft/v3"
+	"go.etcd.io/raft/v3/tracker"
+)
+
+// GroupStatus is a snapshot of one group as this server sees it.
+type GroupStatus struct {
+	Group         uint64   `json:"group"`
+	Leader        uint64   `json:"leader"`
+	Role          string   `json:"role"`
+	Term          uint64   `json:"term"`
+	Commit        uint64   `json:"commit"`
+	Applied       uint64   `json:"applied"`
+	HighWatermark int64    `json:"high_watermark"`
+	Voters        []uint64 `json:"voters"`
+	Learners      []uint64 `json:"learners,omitempty"`
+	// InSync lists the voters known to have every committed entry and to
+	// have been heard from within an election timeout (Kafka's ISR). Only
+	// the leader knows; elsewhere it repeats Voters.
+	InSync      []uint64            `json:"in_sync"`
+	Progress    map[uint64]Progress `json:"progress,omitempty"`
+	Uncommitted uint64              `json:"uncommitted_bytes"`
+	Pending     int                 `json:"pending_proposals"`
+}
+
+// Progress is the leader's view of one replica.
+type Progress struct {
+	Match        uint64 `json:"match"`
+	Next         uint64 `json:"next"`
+	State        string `json:"state"`
+	RecentActive bool   `json:"recent_active"`
+}
+
+// Status returns the group's status; ok is false for an unknown group.
+func (c *Core) Status(group uint64) (GroupStatus, bool) {
+	g, found := c.groups[group]
+	if !found {
+		return GroupStatus{}, false
+	}
+	st := g.rn.Status()
+	s := GroupStatus{
+		Group:         g.id,
+		Leader:        st.Lead,
+		Role:          st.RaftState.String(),
+		Term:          st.GetTerm(),
+		Commit:        st.GetCommit(),
+		Applied:       g.applied,
+		HighWatermark: g.hwm,
+		Uncommitted:   g.uncommitted,
+		Pending:       len(g.pending),
+	}
+	for id := range st.Config.Voters.IDs() {
+		s.Voters = append(s.Voters, id)
+	}
+	slices.Sort(s.Voters)
+	for id := range st.Config.Learners {
+		s.Learners = append(s.Learners, id)
+	}
+	slices.Sort(s.Learners)
+	if st.RaftState != raft.StateLeader {
+		s.InSync = s.Voters
+		return s, true
+	}
+	s.Progress = map[uint64]Progress{}
+	for _, id := range s.Voters {
+		pr, ok := st.Progress[id]
+		if !ok {
+			continue
+		}
+		s.Progress[id] = progressOf(pr)
+		if id == c.cfg.ID || (pr.RecentActive && pr.Match >= s.Commit) {
+			s.InSync = append(s.InSync, id)
+		}
+	}
+	for _, id := range s.Learners {
+		if pr, ok := st.Progress[id]; ok {
+			s.Progress[id] = progressOf(pr)
+		}
+	}
+	return s, true
+}
+
+func progressOf(pr tracker.Progress) Progress {
+	return Progress{Match: pr.Match, Next: pr.Next, State: pr.State.String(), RecentActive: pr.RecentActive}
+}
