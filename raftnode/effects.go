@@ -55,12 +55,16 @@ type Retain struct {
 	BeforeOffset int64
 }
 
-// Applied reports that the group applied everything up to Index; the high
-// watermark (committed and locally durable offsets) is HighWatermark. The
-// driver records Index as applied and wakes fetches waiting for data.
+// Applied reports that the group applied everything up to Index (whose
+// entry has term Term); the high watermark (committed and locally durable
+// offsets) is HighWatermark. The driver records Index as applied and wakes
+// fetches waiting for data. A leader serves reads only once it has applied
+// an entry of its own term: before that its high watermark may be behind
+// what the previous leader showed.
 type Applied struct {
 	Group         uint64
 	Index         uint64
+	Term          uint64
 	HighWatermark int64
 }
 
@@ -95,7 +99,7 @@ func Describe(e Effect) string {
 	case Retain:
 		return fmt.Sprintf("retain g%d idx=%d before=%d", e.Group, e.Index, e.BeforeOffset)
 	case Applied:
-		return fmt.Sprintf("applied g%d idx=%d hwm=%d", e.Group, e.Index, e.HighWatermark)
+		return fmt.Sprintf("applied g%d idx=%d term=%d hwm=%d", e.Group, e.Index, e.Term, e.HighWatermark)
 	case LeaderChanged:
 		return fmt.Sprintf("leader g%d lead=%d term=%d role=%s", e.Group, e.Leader, e.Term, e.Role)
 	}

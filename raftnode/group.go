@@ -13,13 +13,14 @@ import (
 
 // group is one Raft group's state inside the core.
 type group struct {
-	id      uint64
-	rn      *raft.RawNode
-	st      Storage
-	role    raft.StateType
-	lead    uint64
-	applied uint64
-	hwm     int64
+	id          uint64
+	rn          *raft.RawNode
+	st          Storage
+	role        raft.StateType
+	lead        uint64
+	applied     uint64
+	appliedTerm uint64
+	hwm         int64
 
 	// pending proposals by log index. Two proposals can share an index
 	// (one from an old term that was overwritten, one from a new term):
@@ -86,12 +87,12 @@ func (c *Core) apply(g *group, ents []*raftpb.Entry) {
 			c.cfg.Logger.Errorf("%v", err)
 		}
 		g.resolve(c, idx, e.GetTerm(), base, next, err)
-		g.applied = idx
+		g.applied, g.appliedTerm = idx, e.GetTerm()
 	}
 	if hwm, err := g.st.NextOffsetAt(g.applied); err == nil {
 		g.hwm = hwm
 	}
-	c.emit(Applied{Group: g.id, Index: g.applied, HighWatermark: g.hwm})
+	c.emit(Applied{Group: g.id, Index: g.applied, Term: g.appliedTerm, HighWatermark: g.hwm})
 }
 
 func (c *Core) applyConfChange(g *group, idx uint64, cc raftpb.ConfChangeI) {

@@ -61,7 +61,7 @@ type Host struct {
 
 	mu      sync.Mutex
 	logs    map[uint64]Log
-	futures map[ProposalID]chan completion
+	futures map[ProposalID]func(Result, error)
 	nextID  ProposalID
 	status  map[uint64]*groupView
 	err     error // set when the host stopped
@@ -79,11 +79,12 @@ type completion struct {
 // entering the core: leader and high watermark, with a channel closed on
 // every high watermark change (fetch long polls wait on it).
 type groupView struct {
-	leader  uint64
-	term    uint64
-	role    string
-	hwm     int64
-	changed chan struct{}
+	leader      uint64
+	term        uint64
+	role        string
+	hwm         int64
+	appliedTerm uint64
+	changed     chan struct{}
 }
 
 // NewHost returns a started host with no groups.
@@ -104,7 +105,7 @@ func NewHost(cfg HostConfig) *Host {
 		work:    newWorkQueue(),
 		log:     cfg.Logger,
 		logs:    map[uint64]Log{},
-		futures: map[ProposalID]chan completion{},
+		futures: map[ProposalID]func(Result, error){},
 		status:  map[uint64]*groupView{},
 		stop:    make(chan struct{}),
 	}
@@ -139,7 +140,7 @@ func (h *Host) fail(err error) {
 	}
 	h.err = err
 	futures := h.futures
-	h.futures = map[ProposalID]chan completion{}
+	h.futures = map[ProposalID]func(Result, error){}
 	for _, v := range h.status {
 		close(v.changed)
 		v.changed = make(chan struct{})
@@ -147,8 +148,8 @@ func (h *Host) fail(err error) {
 	h.mu.Unlock()
 	close(h.stop)
 	h.work.close()
-	for _, ch := range futures {
-		ch <- completion{err: err}
+	for _, done := range futures {
+		done(Result{}, err)
 	}
 }
 
@@ -233,15 +234,24 @@ func (h *Host) Propose(ctx context.Context, group uint64, data []byte) (Result, 
 }
 
 // ProposeAsync submits a proposal and returns the channel its outcome will
-// arrive on (exactly once, unless the host stops first: then ErrStopped).
+// arrive on (exactly once; ErrStopped if the host stops first).
 func (h *Host) ProposeAsync(group uint64, data []byte) (<-chan completion, error) {
-	return h.submit(func(id ProposalID) { h.core.Propose(group, id, data) })
+	ch := make(chan completion, 1)
+	err := h.ProposeFunc(group, data, func(r Result, err error) { ch <- completion{r, err} })
+	return ch, err
+}
+
+// ProposeFunc submits a proposal; done is called exactly once with its
+// outcome (ErrStopped if the host stops first). done runs on the host's
+// core goroutine: it must not block.
+func (h *Host) ProposeFunc(group uint64, data []byte, done func(Result, error)) error {
+	return h.submit(done, func(id ProposalID) { h.core.Propose(group, id, data) })
 }
 
 // ProposeConfChange proposes a membership change and waits for it to apply.
 func (h *Host) ProposeConfChange(ctx context.Context, group uint64, cc *raftpb.ConfChangeV2) error {
-	ch, err := h.submit(func(id ProposalID) { h.core.ProposeConfChange(group, id, cc) })
-	if err != nil {
+	ch := make(chan completion, 1)
+	if err := h.submit(func(r Result, err error) { ch <- completion{r, err} }, func(id ProposalID) { h.core.ProposeConfChange(group, id, cc) }); err != nil {
 		return err
 	}
 	select {
@@ -252,21 +262,26 @@ func (h *Host) ProposeConfChange(ctx context.Context, group uint64, cc *raftpb.C
 	}
 }
 
-func (h *Host) submit(f func(ProposalID)) (<-chan completion, error) {
-	ch := make(chan completion, 1)
+func (h *Host) submit(done func(Result, error), f func(ProposalID)) error {
 	h.mu.Lock()
 	if h.err != nil {
 		h.mu.Unlock()
-		return nil, h.err
+		return h.err
 	}
 	h.nextID++
 	id := h.nextID
-	h.futures[id] = ch
+	h.futures[id] = done
 	h.mu.Unlock()
 	if err := h.do(func() { f(id) }); err != nil {
-		return nil, err
+		h.mu.Lock()
+		_, pending := h.futures[id]
+		delete(h.futures, id)
+		h.mu.Unlock()
+		if pending { // else fail() already called done
+			return err
+		}
 	}
-	return ch, nil
+	return nil
 }
 
 // TransferLeader asks the group's leader to hand over to peer.
@@ -313,8 +328,18 @@ func (h *Host) Leader(group uint64) (leader uint64, ok bool) {
 	return v.leader, true
 }
 
+// Readable reports whether this server leads the group and may serve reads:
+// it has applied an entry of its own term, so its high watermark covers
+// everything any earlier leader acknowledged.
+func (h *Host) Readable(group uint64) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	v, ok := h.status[group]
+	return ok && v.leader == h.cfg.Core.ID && v.appliedTerm == v.term && v.term != 0
+}
+
 // HighWatermark returns the group's committed, locally durable end offset
-// and a channel closed when it next changes.
+// and a channel closed when it next changes (or leadership changes).
 func (h *Host) HighWatermark(group uint64) (int64, <-chan struct{}, bool) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -362,7 +387,7 @@ func (h *Host) dispatch(effects []Effect) {
 			h.work.push(e)
 		case Applied:
 			h.work.push(e) // applied index is persisted after earlier conf states
-			h.publishHWM(e.Group, e.HighWatermark)
+			h.publishApplied(e)
 		case Complete:
 			h.complete(e)
 		case LeaderChanged:
@@ -377,11 +402,11 @@ func (h *Host) dispatch(effects []Effect) {
 	}
 }
 
-func (h *Host) publishHWM(group uint64, hwm int64) {
+func (h *Host) publishApplied(e Applied) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if v, ok := h.status[group]; ok && v.hwm != hwm {
-		v.hwm = hwm
+	if v, ok := h.status[e.Group]; ok && (v.hwm != e.HighWatermark || v.appliedTerm != e.Term) {
+		v.hwm, v.appliedTerm = e.HighWatermark, e.Term
 		close(v.changed)
 		v.changed = make(chan struct{})
 	}
@@ -389,13 +414,13 @@ func (h *Host) publishHWM(group uint64, hwm int64) {
 
 func (h *Host) complete(e Complete) {
 	h.mu.Lock()
-	ch, ok := h.futures[e.ID]
+	done, ok := h.futures[e.ID]
 	delete(h.futures, e.ID)
 	h.mu.Unlock()
 	if !ok {
 		return
 	}
-	ch <- completion{res: Result{Index: e.Index, BaseOffset: e.BaseOffset, NextOffset: e.NextOffset}, err: e.Err}
+	done(Result{Index: e.Index, BaseOffset: e.BaseOffset, NextOffset: e.NextOffset}, e.Err)
 }
 
 // runAppends is the append worker: it takes every queued effect, writes all

@@ -1,0 +1,173 @@
+package transport
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"sync/atomic"
+	"time"
+
+	"go.etcd.io/raft/v3/raftpb"
+	"google.golang.org/protobuf/proto"
+)
+
+const readBufSize = 64 << 10
+
+// inConn is an established stream from a peer to us.
+type inConn struct {
+	c      net.Conn
+	peer   *peer
+	reason atomic.Pointer[string] // why we closed it ourselves, if we did
+}
+
+func (ic *inConn) close(reason string) {
+	ic.reason.CompareAndSwap(nil, &reason)
+	_ = ic.c.Close()
+}
+
+func (t *Transport) acceptLoop(ln net.Listener) {
+	defer t.wg.Done()
+	var delay time.Duration
+	for {
+		c, err := ln.Accept()
+		if err != nil {
+			if t.ctx.Err() != nil || errors.Is(err, net.ErrClosed) {
+				return
+			}
+			// Out of file descriptors and the like: back off and retry.
+			delay = min(max(2*delay, 5*time.Millisecond), time.Second)
+			t.log.Warn("accept failed", "err", err, "retry_in", delay)
+			select {
+			case <-time.After(delay):
+				continue
+			case <-t.ctx.Done():
+				return
+			}
+		}
+		delay = 0
+		t.mu.Lock()
+		if t.closed {
+			t.mu.Unlock()
+			_ = c.Close()
+			return
+		}
+		t.conns[c] = struct{}{}
+		t.wg.Add(1)
+		t.mu.Unlock()
+		go t.serve(c)
+	}
+}
+
+// serve runs one accepted connection: handshake, then the read loop.
+func (t *Transport) serve(c net.Conn) {
+	defer t.wg.Done()
+	defer func() {
+		_ = c.Close()
+		t.mu.Lock()
+		delete(t.conns, c)
+		t.mu.Unlock()
+	}()
+	remote := c.RemoteAddr().String()
+	p, err := t.acceptHandshake(c)
+	if err != nil {
+		if t.ctx.Err() == nil {
+			t.log.Warn("rejecting raft stream", "remote", remote, "peer", p, "reason", err.Error())
+		}
+		return
+	}
+	t.mu.Lock()
+	pr := (*t.peers.Load())[p] // under mu: RemovePeer cannot slip in between
+	if t.closed || pr == nil {
+		t.mu.Unlock()
+		return
+	}
+	ic := &inConn{c: c, peer: pr}
+	old := t.inbound[p]
+	t.inbound[p] = ic
+	t.mu.Unlock()
+	if old != nil {
+		old.close("superseded by a newer stream from the same peer")
+	}
+	pr.inbound.Add(1)
+	defer func() {
+		pr.inbound.Add(-1)
+		t.mu.Lock()
+		if t.inbound[p] == ic {
+			delete(t.inbound, p)
+		}
+		t.mu.Unlock()
+	}()
+	t.log.Info("accepted raft stream", "peer", p, "remote", remote)
+
+	err = t.readLoop(c, pr)
+	switch {
+	case t.ctx.Err() != nil:
+	case ic.reason.Load() != nil:
+		t.log.Info("closed raft stream", "peer", p, "remote", remote, "reason", *ic.reason.Load())
+	case errors.Is(err, io.EOF):
+		t.log.Info("peer closed raft stream", "peer", p, "remote", remote)
+	default:
+		t.log.Warn("closing raft stream", "peer", p, "remote", remote, "reason", err.Error())
+	}
+}
+
+// acceptHandshake validates the dialer's handshake and answers it. It returns
+// the sender's node id (as claimed, for logging, even on error).
+func (t *Transport) acceptHandshake(c net.Conn) (uint64, error) {
+	_ = c.SetDeadline(time.Now().Add(t.cfg.HandshakeTimeout))
+	hs, err := readHandshake(c)
+	if err != nil {
+		return 0, err
+	}
+	switch {
+	case hs.Version != protocolVersion:
+		return hs.From, fmt.Errorf("unsupported protocol version %d (we speak %d)", hs.Version, protocolVersion)
+	case hs.ClusterID != t.cfg.ClusterID:
+		return hs.From, fmt.Errorf("cluster id mismatch: peer is in cluster %d, we are in %d", hs.ClusterID, t.cfg.ClusterID)
+	case hs.To != t.cfg.NodeID:
+		return hs.From, fmt.Errorf("stream is addressed to node %d but this is node %d (mis-wired address book?)", hs.To, t.cfg.NodeID)
+	case hs.From == t.cfg.NodeID || hs.From == 0:
+		return hs.From, fmt.Errorf("invalid sender node id %d", hs.From)
+	case (*t.peers.Load())[hs.From] == nil:
+		return hs.From, fmt.Errorf("unknown sender node %d (not in the address book)", hs.From)
+	}
+	reply := handshake{
+		Version:   protocolVersion,
+		ClusterID: t.cfg.ClusterID,
+		From:      t.cfg.NodeID,
+		To:        hs.From,
+		MaxFrame:  uint32(t.cfg.MaxFrameBytes),
+	}
+	if _, err := c.Write(reply.marshal()); err != nil {
+		return hs.From, fmt.Errorf("writing handshake answer: %w", err)
+	}
+	_ = c.SetDeadline(time.Time{})
+	return hs.From, nil
+}
+
+// readLoop reads frames from peer p until an error, and hands each message to
+// the Handler. Any protocol violation is returned as an error.
+func (t *Transport) readLoop(c net.Conn, p *peer) error {
+	fr := frameReader{r: bufio.NewReaderSize(c, readBufSize), maxFrame: uint32(t.cfg.MaxFrameBytes)}
+	for {
+		group, from, payload, err := fr.next()
+		if err != nil {
+			return err
+		}
+		if from != p.id {
+			return fmt.Errorf("frame claims sender node %d on the stream of node %d", from, p.id)
+		}
+		m := new(raftpb.Message)
+		if err := proto.Unmarshal(payload, m); err != nil {
+			return fmt.Errorf("cannot decode raft message (group %d): %v", group, err)
+		}
+		if to := m.GetTo(); to != t.cfg.NodeID {
+			return fmt.Errorf("message for node %d arrived at node %d (group %d)", to, t.cfg.NodeID, group)
+		}
+		p.recvFrames.Add(1)
+		p.recvBytes.Add(uint64(frameOverheadLen + len(payload)))
+		t.cfg.Handler(group, m)
+	}
+}

@@ -1,0 +1,207 @@
+package transport
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"io"
+	"sync"
+
+	"go.etcd.io/raft/v3/raftpb"
+	"google.golang.org/protobuf/proto"
+)
+
+// Wire format (all integers big-endian).
+//
+// Handshake, sent once by the dialer right after connecting, and answered by
+// the acceptor with the same structure (From/To swapped) if it accepts the
+// stream; a rejected stream is closed without an answer.
+//
+//	offset size field
+//	0      4    magic "VDLR"
+//	4      2    protocol version (1)
+//	6      2    flags (reserved, 0)
+//	8      8    cluster id
+//	16     8    from: node id of the sender of this handshake
+//	24     8    to: node id the sender believes it is talking to
+//	32     4    max frame bytes the sender of this handshake accepts
+//
+// After the handshake the dialer sends frames; the stream is one-way (the
+// acceptor never writes after its handshake answer). Each frame is
+//
+//	offset size field
+//	0      4    length L: bytes after this 8-byte header (16 + len(payload))
+//	4      4    CRC-32C (Castagnoli) of those L bytes
+//	8      8    raft group id
+//	16     8    from: sender node id (must equal the handshake's from)
+//	24     L-16 payload: protobuf-encoded raftpb.Message
+//
+// L must be in [16, MaxFrameBytes]; the receiver checks it before allocating.
+const (
+	handshakeMagic   = "VDLR"
+	protocolVersion  = 1
+	handshakeLen     = 36
+	frameHeaderLen   = 8  // length + crc
+	framePrefixLen   = 16 // group + from, covered by the crc
+	frameOverheadLen = frameHeaderLen + framePrefixLen
+)
+
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
+type handshake struct {
+	Version   uint16
+	Flags     uint16
+	ClusterID uint64
+	From      uint64
+	To        uint64
+	MaxFrame  uint32
+}
+
+func (h handshake) marshal() []byte {
+	b := make([]byte, handshakeLen)
+	copy(b, handshakeMagic)
+	binary.BigEndian.PutUint16(b[4:], h.Version)
+	binary.BigEndian.PutUint16(b[6:], h.Flags)
+	binary.BigEndian.PutUint64(b[8:], h.ClusterID)
+	binary.BigEndian.PutUint64(b[16:], h.From)
+	binary.BigEndian.PutUint64(b[24:], h.To)
+	binary.BigEndian.PutUint32(b[32:], h.MaxFrame)
+	return b
+}
+
+// readHandshake reads one handshake. The magic is checked before the rest is
+// read so that a foreign protocol is rejected at once.
+func readHandshake(r io.Reader) (handshake, error) {
+	var b [handshakeLen]byte
+	if _, err := io.ReadFull(r, b[:4]); err != nil {
+		return handshake{}, fmt.Errorf("reading handshake: %w", err)
+	}
+	if string(b[:4]) != handshakeMagic {
+		return handshake{}, fmt.Errorf("bad handshake magic %q", b[:4])
+	}
+	if _, err := io.ReadFull(r, b[4:]); err != nil {
+		return handshake{}, fmt.Errorf("reading handshake: %w", err)
+	}
+	return handshake{
+		Version:   binary.BigEndian.Uint16(b[4:]),
+		Flags:     binary.BigEndian.Uint16(b[6:]),
+		ClusterID: binary.BigEndian.Uint64(b[8:]),
+		From:      binary.BigEndian.Uint64(b[16:]),
+		To:        binary.BigEndian.Uint64(b[24:]),
+		MaxFrame:  binary.BigEndian.Uint32(b[32:]),
+	}, nil
+}
+
+// encodeFrame marshals m, whose proto.Size is size, into a complete frame in
+// a buffer from the pool.
+func encodeFrame(group, from uint64, m *raftpb.Message, size int) (*[]byte, error) {
+	bp := getBuf(frameOverheadLen + size)
+	b := (*bp)[:frameOverheadLen]
+	b, err := proto.MarshalOptions{UseCachedSize: true}.MarshalAppend(b, m)
+	if err != nil {
+		putBuf(bp)
+		return nil, err
+	}
+	binary.BigEndian.PutUint64(b[8:], group)
+	binary.BigEndian.PutUint64(b[16:], from)
+	binary.BigEndian.PutUint32(b[0:], uint32(len(b)-frameHeaderLen))
+	binary.BigEndian.PutUint32(b[4:], crc32.Checksum(b[frameHeaderLen:], castagnoli))
+	*bp = b
+	return bp, nil
+}
+
+// frameError is a protocol violation that must close the connection.
+type frameError struct{ reason string }
+
+func (e *frameError) Error() string { return e.reason }
+
+func protoErr(format string, args ...any) error {
+	return &frameError{reason: fmt.Sprintf(format, args...)}
+}
+
+// frameReader reads frames from a stream, reusing its body buffer.
+type frameReader struct {
+	r        io.Reader
+	maxFrame uint32
+	hdr      [frameHeaderLen]byte
+	buf      []byte
+}
+
+// maxRetainedBuf is the largest body buffer kept between frames; a larger
+// one (a snapshot) is dropped after use so it is not pinned.
+const maxRetainedBuf = 1 << 20
+
+// next reads one frame. The returned payload is valid until the next call.
+// io.EOF is returned only at a clean frame boundary.
+func (fr *frameReader) next() (group, from uint64, payload []byte, err error) {
+	if cap(fr.buf) > maxRetainedBuf {
+		fr.buf = nil
+	}
+	if _, err := io.ReadFull(fr.r, fr.hdr[:]); err != nil {
+		return 0, 0, nil, err
+	}
+	n := binary.BigEndian.Uint32(fr.hdr[0:])
+	sum := binary.BigEndian.Uint32(fr.hdr[4:])
+	if n > fr.maxFrame {
+		return 0, 0, nil, protoErr("frame length %d exceeds MaxFrameBytes %d", n, fr.maxFrame)
+	}
+	if n < framePrefixLen {
+		return 0, 0, nil, protoErr("frame length %d shorter than the %d-byte frame prefix", n, framePrefixLen)
+	}
+	if uint32(cap(fr.buf)) < n {
+		fr.buf = make([]byte, n, max(n, 4096))
+	}
+	body := fr.buf[:n]
+	if _, err := io.ReadFull(fr.r, body); err != nil {
+		if errors.Is(err, io.EOF) {
+			err = io.ErrUnexpectedEOF
+		}
+		return 0, 0, nil, err
+	}
+	if got := crc32.Checksum(body, castagnoli); got != sum {
+		return 0, 0, nil, protoErr("frame crc mismatch: header %#08x, computed %#08x", sum, got)
+	}
+	return binary.BigEndian.Uint64(body[0:]), binary.BigEndian.Uint64(body[8:]), body[framePrefixLen:], nil
+}
+
+// Frame buffers come from power-of-two size classes (256 B .. 64 KiB) so that
+// a buffer's capacity is at most twice its length; queue accounting charges
+// the capacity, so the byte bound covers the memory really held. Larger frames
+// are allocated exactly and not pooled.
+const (
+	minPoolShift = 8
+	maxPoolShift = 16
+)
+
+var bufPools [maxPoolShift - minPoolShift + 1]sync.Pool
+
+func poolClass(n int) int {
+	c := 0
+	for (1 << (minPoolShift + c)) < n {
+		c++
+	}
+	return c
+}
+
+func getBuf(n int) *[]byte {
+	if n > 1<<maxPoolShift {
+		b := make([]byte, 0, n)
+		return &b
+	}
+	c := poolClass(n)
+	if v := bufPools[c].Get(); v != nil {
+		return v.(*[]byte)
+	}
+	b := make([]byte, 0, 1<<(minPoolShift+c))
+	return &b
+}
+
+func putBuf(bp *[]byte) {
+	c := cap(*bp)
+	if c > 1<<maxPoolShift || c < 1<<minPoolShift || c&(c-1) != 0 {
+		return
+	}
+	*bp = (*bp)[:0]
+	bufPools[poolClass(c)].Put(bp)
+}
