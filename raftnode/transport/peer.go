@@ -218,12 +218,15 @@ func (p *peer) stop() {
 	}
 }
 
-// sleep waits d or until stopped; it reports whether still running.
+// sleep waits d, or until the address changes, or until stopped; it reports
+// whether still running.
 func (p *peer) sleep(d time.Duration) bool {
 	tm := time.NewTimer(d)
 	defer tm.Stop()
 	select {
 	case <-tm.C:
+		return true
+	case <-p.redial:
 		return true
 	case <-p.ctx.Done():
 		return false

@@ -455,6 +455,8 @@ func mustMarshal(t *testing.T, m *raftpb.Message) []byte {
 func TestCloseIsClean(t *testing.T) {
 	checkGoroutines(t)
 	nodes := cluster(t, 3)
+	start := time.Now()
+	defer func() { t.Logf("test body took %v", time.Since(start)) }()
 	for i := range 1000 {
 		for _, src := range nodes {
 			for _, dst := range nodes {
@@ -466,7 +468,9 @@ func TestCloseIsClean(t *testing.T) {
 	}
 	// Close mid-traffic; Close twice; Send and Stats after Close are safe.
 	for _, n := range nodes {
+		start := time.Now()
 		require.NoError(t, n.Close())
+		t.Logf("node %d closed in %v", n.id, time.Since(start))
 		require.NoError(t, n.Close())
 		n.Send(1, msg(raftpb.MsgApp, n.id, 2, 0, nil))
 		_ = n.Stats()
@@ -478,4 +482,22 @@ func TestCloseIsClean(t *testing.T) {
 func TestStartValidates(t *testing.T) {
 	require.Error(t, New(Config{Handler: func(uint64, *raftpb.Message) {}}).Start())
 	require.Error(t, New(Config{NodeID: 1}).Start())
+}
+
+func TestSetPeerWakesBackoff(t *testing.T) {
+	checkGoroutines(t)
+	dead := listen(t)
+	deadAddr := dead.Addr().String()
+	require.NoError(t, dead.Close())
+	la, lb := listen(t), listen(t)
+	slow := func(c *Config) { c.MinBackoff, c.MaxBackoff = 30*time.Second, 30*time.Second }
+	a := startNode(t, 1, la, map[uint64]string{2: deadAddr}, slow)
+	b := startNode(t, 2, lb, map[uint64]string{1: la.Addr().String()}, slow)
+	require.Eventually(t, func() bool { return a.Stats()[2].DialFailures > 0 }, waitFor, 5*time.Millisecond)
+	// a is now sleeping a 15-30s backoff; a new address must cut it short.
+	a.SetPeer(2, lb.Addr().String())
+	require.Eventually(t, func() bool {
+		a.Send(1, msg(raftpb.MsgHeartbeat, 1, 2, 0, nil))
+		return b.recv.count() > 0
+	}, 5*time.Second, 5*time.Millisecond)
 }
