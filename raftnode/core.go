@@ -33,6 +33,9 @@ var (
 	ErrUnknownGroup = errors.New("raftnode: unknown group")
 	ErrGroupExists  = errors.New("raftnode: group already exists")
 	ErrShutdown     = errors.New("raftnode: group removed")
+	// ErrUnknownOutcome: the log was replaced by a snapshot before the
+	// proposal's entry was applied here; it may or may not be committed.
+	ErrUnknownOutcome = errors.New("raftnode: outcome unknown: log replaced by a snapshot")
 )
 
 // Storage is what the core reads of a group's log. *storage.Log satisfies it.
@@ -321,6 +324,7 @@ func (c *Core) AppendDone(group uint64, m *raftpb.Message) {
 	if !ok {
 		return
 	}
+	c.snapshotDone(g, m.GetSnapshot())
 	if c.cfg.SyncWrites {
 		rd := g.waiting
 		if rd == nil {
@@ -346,6 +350,34 @@ func (c *Core) AppendDone(group uint64, m *raftpb.Message) {
 		}
 	}
 	c.drain(g)
+}
+
+// snapshotDone moves the applied state to an installed snapshot: the log
+// now starts after it and nothing before it will be applied entry by entry.
+func (c *Core) snapshotDone(g *group, snap *raftpb.Snapshot) {
+	md := snap.GetMetadata()
+	if md.GetIndex() <= g.applied {
+		return
+	}
+	idxs := make([]uint64, 0, len(g.pending))
+	for idx := range g.pending {
+		if idx <= md.GetIndex() {
+			idxs = append(idxs, idx)
+		}
+	}
+	slices.Sort(idxs)
+	for _, idx := range idxs {
+		for _, p := range g.pending[idx] {
+			g.uncommitted -= p.size
+			c.emit(Complete{Group: g.id, ID: p.id, Index: idx, Err: ErrUnknownOutcome})
+		}
+		delete(g.pending, idx)
+	}
+	g.applied, g.appliedTerm = md.GetIndex(), md.GetTerm()
+	if hwm, err := g.st.NextOffsetAt(g.applied); err == nil {
+		g.hwm = hwm
+	}
+	c.emit(Applied{Group: g.id, Index: g.applied, Term: g.appliedTerm, HighWatermark: g.hwm})
 }
 
 // drain handles every Ready the group has.

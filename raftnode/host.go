@@ -23,6 +23,9 @@ type Log interface {
 	SetApplied(index uint64)
 	ApplyConfState(index uint64, cs *raftpb.ConfState) error
 	DeleteBefore(offset int64) (int, error)
+	// InstallSnapshot replaces the log with an empty one that starts after
+	// the snapshot (durable on return); replication refills it.
+	InstallSnapshot(snap *raftpb.Snapshot) error
 }
 
 // Sender delivers messages to peers (the TCP transport). Send must not block.
@@ -215,6 +218,11 @@ func (h *Host) Step(group uint64, m *raftpb.Message) {
 // ReportUnreachable tells the group that a message to peer was dropped.
 func (h *Host) ReportUnreachable(group, peer uint64) {
 	_ = h.do(func() { h.core.ReportUnreachable(group, peer) })
+}
+
+// ReportSnapshot tells the group whether a snapshot sent to peer arrived.
+func (h *Host) ReportSnapshot(group, peer uint64, ok bool) {
+	_ = h.do(func() { h.core.ReportSnapshot(group, peer, ok) })
 }
 
 // Propose proposes data and waits for the outcome. Proposals submitted one
@@ -494,10 +502,12 @@ func (h *Host) logOf(group uint64) Log {
 	return h.logs[group]
 }
 
-// writeAppend writes a MsgStorageAppend's entries and hard state.
+// writeAppend writes a MsgStorageAppend's snapshot, entries and hard state.
 func writeAppend(l Log, m *raftpb.Message) error {
 	if m.GetSnapshot().GetMetadata().GetIndex() != 0 {
-		return errors.New("snapshot install is not supported yet")
+		if err := l.InstallSnapshot(m.GetSnapshot()); err != nil {
+			return fmt.Errorf("install snapshot: %w", err)
+		}
 	}
 	var hs *raftpb.HardState
 	if m.Term != nil || m.Vote != nil || m.Commit != nil {

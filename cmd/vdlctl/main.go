@@ -13,7 +13,7 @@ import (
 )
 
 // defaultAdmin is the server's default admin HTTP address.
-const defaultAdmin = "127.0.0.1:9090"
+const defaultAdmin = "127.0.0.1:9192" // node 1 of `vdl dev`
 
 // Exit codes.
 const (

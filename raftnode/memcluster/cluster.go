@@ -217,6 +217,11 @@ func (n *Node) flush() error {
 		switch e := e.(type) {
 		case raftnode.Append:
 			m := e.Msg
+			if m.GetSnapshot().GetMetadata().GetIndex() != 0 {
+				if err := n.Logs[e.Group].InstallSnapshot(m.GetSnapshot()); err != nil {
+					return fmt.Errorf("node %d group %d install snapshot: %w", n.ID, e.Group, err)
+				}
+			}
 			var hs *raftpb.HardState
 			if m.Term != nil || m.Vote != nil || m.Commit != nil {
 				hs = &raftpb.HardState{Term: new(m.GetTerm()), Vote: new(m.GetVote()), Commit: new(m.GetCommit())}

@@ -1,0 +1,30 @@
+// Command vdl is the VDL server binary: `vdl server` runs one server,
+// `vdl dev` runs a local three-node cluster for trying VDL out.
+package main
+
+import (
+	"fmt"
+	"os"
+
+	"github.com/spf13/cobra"
+
+	"github.com/vdl-project/vdl/failpoints"
+)
+
+func main() {
+	if err := failpoints.StartupCheck(); err != nil {
+		fmt.Fprintln(os.Stderr, "vdl:", err)
+		os.Exit(2)
+	}
+	root := &cobra.Command{
+		Use:           "vdl",
+		Short:         "VDL: a replicated, strongly consistent log that speaks Kafka",
+		SilenceUsage:  true,
+		SilenceErrors: true,
+	}
+	root.AddCommand(serverCmd(), devCmd())
+	if err := root.Execute(); err != nil {
+		fmt.Fprintln(os.Stderr, "vdl:", err)
+		os.Exit(1)
+	}
+}

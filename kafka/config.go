@@ -1,0 +1,74 @@
+package kafka
+
+import (
+	"fmt"
+	"time"
+)
+
+// Config configures the Kafka front end. Zero fields take the defaults.
+type Config struct {
+	// Profile: ProfileModern (default) or ProfileKafka0102.
+	Profile string
+	// ClusterID is reported in Metadata v2+ ("" reports null).
+	ClusterID string
+	// MaxFrameBytes bounds one request frame (Kafka's
+	// socket.request.max.bytes). Default 100 MiB. A longer frame closes
+	// the connection before anything is allocated for it.
+	MaxFrameBytes int
+	// MaxMessageBytes bounds one record batch (one legacy message) in a
+	// produce: larger → MESSAGE_TOO_LARGE. Default 1048588 (Kafka's).
+	MaxMessageBytes int
+	// MaxConnections bounds open client connections; more are accepted and
+	// closed at once with a log line. Default 10000.
+	MaxConnections int
+	// MaxInFlightRequests and MaxInFlightBytes bound, per connection, the
+	// requests read but not yet answered (and their bytes, plus response
+	// bytes not yet written). At the bound the server stops reading the
+	// socket until responses go out. Defaults 256 and 64 MiB.
+	MaxInFlightRequests int
+	MaxInFlightBytes    int
+	// DefaultProduceTimeout applies when a produce request carries a
+	// timeout ≤ 0. Default 30s.
+	DefaultProduceTimeout time.Duration
+	// WriteTimeout bounds one write of responses to a client that does not
+	// read. Default 2 minutes.
+	WriteTimeout time.Duration
+	// ShutdownGrace is how long Close lets connections finish answering
+	// requests already read. Default 5s.
+	ShutdownGrace time.Duration
+}
+
+// DefaultMaxFrameBytes is the default MaxFrameBytes.
+const DefaultMaxFrameBytes = 100 << 20
+
+func (c Config) withDefaults() (Config, *Profile, error) {
+	p, err := ProfileByName(c.Profile)
+	if err != nil {
+		return c, nil, err
+	}
+	c.Profile = p.Name
+	def := func(v *int, d int) {
+		if *v == 0 {
+			*v = d
+		}
+	}
+	def(&c.MaxFrameBytes, DefaultMaxFrameBytes)
+	def(&c.MaxMessageBytes, 1048588)
+	def(&c.MaxConnections, 10000)
+	def(&c.MaxInFlightRequests, 256)
+	def(&c.MaxInFlightBytes, 64<<20)
+	if c.DefaultProduceTimeout == 0 {
+		c.DefaultProduceTimeout = 30 * time.Second
+	}
+	if c.WriteTimeout == 0 {
+		c.WriteTimeout = 2 * time.Minute
+	}
+	if c.ShutdownGrace == 0 {
+		c.ShutdownGrace = 5 * time.Second
+	}
+	if c.MaxFrameBytes < 64 || c.MaxMessageBytes < 64 || c.MaxConnections < 0 ||
+		c.MaxInFlightRequests < 1 || c.MaxInFlightBytes < 1 {
+		return c, nil, fmt.Errorf("kafka: invalid limits in config %+v", c)
+	}
+	return c, p, nil
+}

@@ -1,0 +1,342 @@
+// Package kafkatest is an in-memory kafka.Backend for tests: streams with a
+// single leader and a log that stamps offsets, with a configurable commit
+// delay (pipelining and long polls get exercised) or manual commits.
+package kafkatest
+
+import (
+	"errors"
+	"slices"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/vdl-project/vdl/kafka"
+	"github.com/vdl-project/vdl/kafka/records"
+	"github.com/vdl-project/vdl/storage"
+)
+
+// Backend is an in-memory kafka.Backend.
+type Backend struct {
+	mu         sync.Mutex
+	self       int32
+	brokers    []kafka.Broker
+	streams    map[string]*Stream
+	delay      time.Duration
+	manual     bool
+	pending    []*Pending
+	produceErr error
+}
+
+// New returns a backend whose only broker (the leader of every stream) is
+// self.
+func New(self kafka.Broker) *Backend {
+	return &Backend{self: self.NodeID, brokers: []kafka.Broker{self}, streams: map[string]*Stream{}}
+}
+
+// SetCommitDelay makes produces commit (become visible and acknowledged)
+// d after they are appended; offsets are still assigned in arrival order.
+func (b *Backend) SetCommitDelay(d time.Duration) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.delay = d
+}
+
+// SetManual makes produces wait in Pending until the test commits or fails
+// them.
+func (b *Backend) SetManual(on bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.manual = on
+}
+
+// FailProduces makes every later produce fail with err (nil: stop).
+func (b *Backend) FailProduces(err error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.produceErr = err
+}
+
+// SetBrokers replaces the advertised brokers.
+func (b *Backend) SetBrokers(bs ...kafka.Broker) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.brokers = bs
+}
+
+// AddStream creates an empty stream led by this broker.
+func (b *Backend) AddStream(name string) *Stream {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	st := &Stream{b: b, name: name, leader: b.self, changed: make(chan struct{})}
+	b.streams[name] = st
+	return st
+}
+
+// Stream returns a stream by name (nil if none).
+func (b *Backend) StreamByName(name string) *Stream {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.streams[name]
+}
+
+// Brokers implements kafka.Backend.
+func (b *Backend) Brokers() []kafka.Broker {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return slices.Clone(b.brokers)
+}
+
+// Controller implements kafka.Backend.
+func (b *Backend) Controller() int32 { return b.self }
+
+// Stream implements kafka.Backend.
+func (b *Backend) Stream(name string) (kafka.StreamInfo, bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	st, ok := b.streams[name]
+	if !ok {
+		return kafka.StreamInfo{}, false
+	}
+	return kafka.StreamInfo{Leader: st.leader, Replicas: []int32{b.self}, ISR: []int32{b.self}, Local: st.leader == b.self}, true
+}
+
+// Streams implements kafka.Backend.
+func (b *Backend) Streams() []string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	names := make([]string, 0, len(b.streams))
+	for n := range b.streams {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	return names
+}
+
+// Pending is a produce waiting for a manual Commit or Fail.
+type Pending struct {
+	Stream  string
+	Records []byte
+	st      *Stream
+	done    func(int64, error)
+	base    int64
+}
+
+// TakePending returns the produces waiting in manual mode, oldest first.
+func (b *Backend) TakePending() []*Pending {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	p := b.pending
+	b.pending = nil
+	return p
+}
+
+// Commit makes a pending produce visible and acknowledges it. Offsets were
+// assigned at arrival; commits move the high watermark up to the highest
+// contiguous committed offset.
+func (p *Pending) Commit() {
+	p.st.commit(p.base)
+	p.done(p.base, nil)
+}
+
+// Fail fails a pending produce with err (its records stay appended but, if
+// never committed, never become visible unless a later one commits).
+func (p *Pending) Fail(err error) { p.done(-1, err) }
+
+// Produce implements kafka.Backend.
+func (b *Backend) Produce(stream string, recs []byte, done func(int64, error)) {
+	b.mu.Lock()
+	st, ok := b.streams[stream]
+	switch {
+	case !ok:
+		b.mu.Unlock()
+		done(-1, kafka.ErrUnknownStream)
+		return
+	case st.leader != b.self:
+		b.mu.Unlock()
+		done(-1, kafka.ErrNotLeader)
+		return
+	case b.produceErr != nil:
+		err := b.produceErr
+		b.mu.Unlock()
+		done(-1, err)
+		return
+	}
+	data := slices.Clone(recs)
+	base := st.end
+	st.end = records.StampBaseOffsets(data, base)
+	st.log = append(st.log, storage.Batch{BaseOffset: base, NextOffset: st.end, Data: data})
+	manual, delay := b.manual, b.delay
+	if manual {
+		b.pending = append(b.pending, &Pending{Stream: stream, Records: data, st: st, done: done, base: base})
+		b.mu.Unlock()
+		return
+	}
+	b.mu.Unlock()
+	if delay <= 0 {
+		st.commit(base)
+		done(base, nil)
+		return
+	}
+	time.AfterFunc(delay, func() {
+		st.commit(base)
+		done(base, nil)
+	})
+}
+
+// Log implements kafka.Backend.
+func (b *Backend) Log(stream string) (kafka.LogView, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	st, ok := b.streams[stream]
+	switch {
+	case !ok:
+		return nil, kafka.ErrUnknownStream
+	case st.leader < 0:
+		return nil, kafka.ErrNoLeader
+	case st.leader != b.self:
+		return nil, kafka.ErrNotLeader
+	}
+	return st, nil
+}
+
+// Stream is one in-memory stream; it is its own LogView.
+type Stream struct {
+	b         *Backend
+	name      string
+	leader    int32
+	start     int64
+	end       int64
+	hwm       int64
+	committed map[int64]bool // committed bases above hwm
+	log       []storage.Batch
+	changed   chan struct{}
+}
+
+// SetLeader sets the stream's leader (-1: none).
+func (st *Stream) SetLeader(id int32) {
+	st.b.mu.Lock()
+	defer st.b.mu.Unlock()
+	st.leader = id
+	st.signal()
+}
+
+// SetStart moves the log start (retention).
+func (st *Stream) SetStart(off int64) {
+	st.b.mu.Lock()
+	defer st.b.mu.Unlock()
+	st.start = off
+	st.signal()
+}
+
+func (st *Stream) signal() {
+	close(st.changed)
+	st.changed = make(chan struct{})
+}
+
+func (st *Stream) commit(base int64) {
+	st.b.mu.Lock()
+	defer st.b.mu.Unlock()
+	if st.committed == nil {
+		st.committed = map[int64]bool{}
+	}
+	st.committed[base] = true
+	moved := false
+	for {
+		i := st.find(st.hwm)
+		if i < 0 || !st.committed[st.log[i].BaseOffset] {
+			break
+		}
+		delete(st.committed, st.log[i].BaseOffset)
+		st.hwm = st.log[i].NextOffset
+		moved = true
+	}
+	if moved {
+		st.signal()
+	}
+}
+
+// find returns the index of the batch containing off, or -1.
+func (st *Stream) find(off int64) int {
+	i := sort.Search(len(st.log), func(i int) bool { return st.log[i].NextOffset > off })
+	if i == len(st.log) || st.log[i].BaseOffset > off {
+		return -1
+	}
+	return i
+}
+
+// StartOffset implements kafka.LogView.
+func (st *Stream) StartOffset() int64 {
+	st.b.mu.Lock()
+	defer st.b.mu.Unlock()
+	return st.start
+}
+
+// HighWatermark implements kafka.LogView.
+func (st *Stream) HighWatermark() int64 {
+	st.b.mu.Lock()
+	defer st.b.mu.Unlock()
+	return st.hwm
+}
+
+// EndOffset implements kafka.LogView.
+func (st *Stream) EndOffset() int64 {
+	st.b.mu.Lock()
+	defer st.b.mu.Unlock()
+	return st.end
+}
+
+// Changed implements kafka.LogView.
+func (st *Stream) Changed() <-chan struct{} {
+	st.b.mu.Lock()
+	defer st.b.mu.Unlock()
+	return st.changed
+}
+
+// Read implements kafka.LogView.
+func (st *Stream) Read(offset, hwm int64, maxBytes int) ([]storage.Batch, error) {
+	st.b.mu.Lock()
+	defer st.b.mu.Unlock()
+	hwm = min(hwm, st.hwm)
+	if offset < st.start || offset >= hwm {
+		return nil, storage.ErrOutOfRange
+	}
+	i := st.find(offset)
+	if i < 0 {
+		return nil, storage.ErrOutOfRange
+	}
+	var out []storage.Batch
+	n := 0
+	for ; i < len(st.log) && st.log[i].NextOffset <= hwm; i++ {
+		if len(out) > 0 && n+len(st.log[i].Data) > maxBytes {
+			break
+		}
+		out = append(out, st.log[i])
+		n += len(st.log[i].Data)
+	}
+	return out, nil
+}
+
+// OffsetForTime implements kafka.LogView, at batch granularity: the base
+// offset and MaxTimestamp of the first committed batch whose MaxTimestamp
+// is ≥ ts.
+func (st *Stream) OffsetForTime(ts int64) (int64, int64, error) {
+	st.b.mu.Lock()
+	defer st.b.mu.Unlock()
+	for _, b := range st.log {
+		if b.NextOffset > st.hwm {
+			break
+		}
+		for h := range records.Batches(b.Data) {
+			if h.MaxTimestamp >= ts && h.NextOffset() > st.start {
+				return max(h.BaseOffset, st.start), h.MaxTimestamp, nil
+			}
+		}
+	}
+	return -1, -1, nil
+}
+
+var _ kafka.Backend = (*Backend)(nil)
+var _ kafka.LogView = (*Stream)(nil)
+
+// ErrInjected is a convenient error for FailProduces.
+var ErrInjected = errors.New("kafkatest: injected failure")

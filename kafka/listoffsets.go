@@ -1,0 +1,69 @@
+package kafka
+
+import "github.com/twmb/franz-go/pkg/kmsg"
+
+// ListOffsets v0–v5, answered by the stream's leader only (others:
+// NOT_LEADER_FOR_PARTITION). Timestamp -2 → log start offset, -1 → high
+// watermark (never the uncommitted end), any other value → the first offset
+// whose record timestamp is ≥ it (offset -1 when none). v1+ return the
+// record's timestamp for a lookup and -1 for -1/-2. v0 returns an offsets
+// array of at most max_num_offsets (here at most one): for a lookup with no
+// match it holds the high watermark (where such a consumer would start).
+// isolation_level (v2+) changes nothing (no transactions: LSO = HWM);
+// current_leader_epoch (v4+) is accepted as sent; leader_epoch (v4+) is -1.
+func handleListOffsets(s *Session, sl *slot, kreq kmsg.Request, _ int64) {
+	req := kreq.(*kmsg.ListOffsetsRequest)
+	v := sl.version
+	resp := kmsg.NewPtrListOffsetsResponse()
+	for _, t := range req.Topics {
+		rt := kmsg.NewListOffsetsResponseTopic()
+		rt.Topic = t.Topic
+		for _, p := range t.Partitions {
+			rp := kmsg.NewListOffsetsResponseTopicPartition()
+			rp.Partition = p.Partition
+			rp.Timestamp, rp.Offset, rp.LeaderEpoch = -1, -1, -1
+			off, ts, code := s.listOffset(t.Topic, p.Partition, p.Timestamp, v == 0)
+			rp.ErrorCode = code
+			if code == errNone {
+				rp.Offset, rp.Timestamp = off, ts
+				if v == 0 {
+					rp.OldStyleOffsets = []int64{}
+					if p.MaxNumOffsets > 0 {
+						rp.OldStyleOffsets = append(rp.OldStyleOffsets, off)
+					}
+				}
+			} else if v == 0 {
+				rp.OldStyleOffsets = []int64{}
+			}
+			rt.Partitions = append(rt.Partitions, rp)
+		}
+		resp.Topics = append(resp.Topics, rt)
+	}
+	s.finish(sl, resp)
+}
+
+// listOffset resolves one partition's query (v0's fallback to the high
+// watermark included: v1+ callers get -1 from it instead).
+func (s *Session) listOffset(topic string, partition int32, ts int64, v0 bool) (offset, timestamp int64, code int16) {
+	if _, ok := s.be.Stream(topic); !ok || partition != 0 {
+		return -1, -1, errUnknownTopicOrPartition
+	}
+	view, err := s.be.Log(topic)
+	if err != nil {
+		return -1, -1, errorCode(err, 0)
+	}
+	switch ts {
+	case -2:
+		return view.StartOffset(), -1, errNone
+	case -1:
+		return view.HighWatermark(), -1, errNone
+	}
+	off, at, err := view.OffsetForTime(ts)
+	if err != nil {
+		return -1, -1, errorCode(err, 0)
+	}
+	if off < 0 && v0 {
+		return view.HighWatermark(), -1, errNone
+	}
+	return off, at, errNone
+}

@@ -1,0 +1,301 @@
+package kafka
+
+import (
+	"bufio"
+	"errors"
+	"io"
+	"log/slog"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Server is the TCP driver of the Kafka front end. Per connection it runs a
+// reader goroutine (frames → events; it blocks, and so stops reading the
+// socket, while the session is at its in-flight bound) and one loop
+// goroutine that owns the connection's Session, feeds it frames, produce
+// completions, high-watermark wake-ups and deadline ticks, and writes the
+// ready responses with one write per batch.
+type Server struct {
+	cfg   Config
+	be    Backend
+	log   *slog.Logger
+	start time.Time
+
+	mu        sync.Mutex
+	listeners map[net.Listener]struct{}
+	conns     map[*conn]struct{}
+	closed    bool
+	closing   chan struct{}
+	nconns    atomic.Int64
+	wg        sync.WaitGroup
+}
+
+// NewServer checks cfg and returns a server; nothing runs until Serve.
+func NewServer(cfg Config, be Backend, logger *slog.Logger) (*Server, error) {
+	cfg, _, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	if logger == nil {
+		logger = slog.Default()
+	}
+	return &Server{
+		cfg: cfg, be: be, log: logger.With("component", "kafka"), start: time.Now(),
+		listeners: map[net.Listener]struct{}{}, conns: map[*conn]struct{}{},
+		closing: make(chan struct{}),
+	}, nil
+}
+
+// ErrServerClosed is returned by Serve after Close.
+var ErrServerClosed = errors.New("kafka: server closed")
+
+// Serve accepts connections on l until Close (then it returns
+// ErrServerClosed) or an accept error.
+func (s *Server) Serve(l net.Listener) error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return ErrServerClosed
+	}
+	s.listeners[l] = struct{}{}
+	s.mu.Unlock()
+	defer func() {
+		s.mu.Lock()
+		delete(s.listeners, l)
+		s.mu.Unlock()
+	}()
+	s.log.Info("kafka listener started", "addr", l.Addr().String(), "profile", s.cfg.Profile)
+	var backoff time.Duration
+	for {
+		nc, err := l.Accept()
+		if err != nil {
+			select {
+			case <-s.closing:
+				return ErrServerClosed
+			default:
+			}
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() {
+				backoff = min(max(2*backoff, 5*time.Millisecond), time.Second)
+				s.log.Warn("accept failed; retrying", "err", err, "backoff", backoff)
+				time.Sleep(backoff)
+				continue
+			}
+			return err
+		}
+		backoff = 0
+		if n := s.nconns.Add(1); n > int64(s.cfg.MaxConnections) {
+			s.nconns.Add(-1)
+			s.log.Warn("connection refused: too many connections", "remote", nc.RemoteAddr().String(), "limit", s.cfg.MaxConnections)
+			_ = nc.Close()
+			continue
+		}
+		c := s.newConn(nc)
+		s.mu.Lock()
+		if s.closed {
+			s.mu.Unlock()
+			s.nconns.Add(-1)
+			_ = nc.Close()
+			return ErrServerClosed
+		}
+		s.conns[c] = struct{}{}
+		s.wg.Add(2)
+		s.mu.Unlock()
+		go c.read()
+		go c.loop()
+	}
+}
+
+// Close stops accepting, lets every connection answer the requests it has
+// already read (up to ShutdownGrace), closes them and waits for their
+// goroutines.
+func (s *Server) Close() error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		s.wg.Wait()
+		return nil
+	}
+	s.closed = true
+	close(s.closing)
+	for l := range s.listeners {
+		_ = l.Close()
+	}
+	s.mu.Unlock()
+	s.wg.Wait()
+	return nil
+}
+
+func (s *Server) now() int64 { return int64(time.Since(s.start)) }
+
+type conn struct {
+	s      *Server
+	nc     net.Conn
+	log    *slog.Logger
+	frames chan []byte
+	rerr   chan error // the reader's final error
+	done   chan struct{}
+
+	mu    sync.Mutex
+	compl []Completion
+	csig  chan struct{}
+	wake  chan struct{}
+}
+
+func (s *Server) newConn(nc net.Conn) *conn {
+	return &conn{
+		s: s, nc: nc,
+		log:    s.log.With("remote", nc.RemoteAddr().String()),
+		frames: make(chan []byte),
+		rerr:   make(chan error, 1),
+		done:   make(chan struct{}),
+		csig:   make(chan struct{}, 1),
+		wake:   make(chan struct{}, 1),
+	}
+}
+
+// read turns the socket into frame events. Sending blocks while the loop
+// does not take frames (in-flight bound): the socket is not read then.
+func (c *conn) read() {
+	defer c.s.wg.Done()
+	br := bufio.NewReaderSize(c.nc, 64<<10)
+	for {
+		f, err := ReadFrame(br, c.s.cfg.MaxFrameBytes)
+		if err != nil {
+			c.rerr <- err
+			return
+		}
+		select {
+		case c.frames <- f:
+		case <-c.done:
+			return
+		}
+	}
+}
+
+// notify is the session's completion hook: any goroutine, never blocks.
+func (c *conn) notify(cp Completion) {
+	c.mu.Lock()
+	c.compl = append(c.compl, cp)
+	c.mu.Unlock()
+	select {
+	case c.csig <- struct{}{}:
+	default:
+	}
+}
+
+func (c *conn) loop() {
+	defer c.s.wg.Done()
+	defer func() {
+		close(c.done)
+		_ = c.nc.Close()
+		c.s.mu.Lock()
+		delete(c.s.conns, c)
+		c.s.mu.Unlock()
+		c.s.nconns.Add(-1)
+	}()
+	sess, err := NewSession(c.s.cfg, c.s.be, c.notify)
+	if err != nil {
+		c.log.Error("cannot start kafka session", "err", err)
+		return
+	}
+	watched := map[<-chan struct{}]bool{}
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	closing := c.s.closing
+	var graceEnd <-chan time.Time
+	draining := false
+	for {
+		out := sess.Take()
+		if len(out.Data) > 0 {
+			_ = c.nc.SetWriteDeadline(time.Now().Add(c.s.cfg.WriteTimeout))
+			if _, err := c.nc.Write(out.Data); err != nil {
+				c.log.Info("kafka connection closed: write failed", "err", err)
+				return
+			}
+		}
+		if out.Close {
+			c.log.Warn("kafka connection closed by server", "reason", out.Reason)
+			return
+		}
+		if draining && out.Idle {
+			return
+		}
+		for _, ch := range out.Wait {
+			if !watched[ch] {
+				watched[ch] = true
+				go c.watch(ch)
+			}
+		}
+		frames := c.frames
+		if out.Paused || draining {
+			frames = nil
+		}
+		var tc <-chan time.Time
+		if out.Deadline != 0 {
+			d := time.Duration(out.Deadline - c.s.now())
+			if !timer.Stop() {
+				select {
+				case <-timer.C:
+				default:
+				}
+			}
+			timer.Reset(max(d, 0))
+			tc = timer.C
+		}
+		select {
+		case f := <-frames:
+			sess.Receive(c.s.now(), f)
+		case <-c.csig:
+			c.mu.Lock()
+			cs := c.compl
+			c.compl = nil
+			c.mu.Unlock()
+			now := c.s.now()
+			for _, cp := range cs {
+				sess.ProduceDone(now, cp)
+			}
+		case <-c.wake:
+			for ch := range watched {
+				select {
+				case <-ch:
+					delete(watched, ch) // fired: its watcher is gone
+				default:
+				}
+			}
+			sess.Poll(c.s.now())
+		case <-tc:
+			sess.Poll(c.s.now())
+		case err := <-c.rerr:
+			switch {
+			case errors.Is(err, io.EOF), errors.Is(err, net.ErrClosed):
+				c.log.Debug("kafka connection closed by client")
+			case errors.Is(err, ErrFrameTooLarge), errors.Is(err, ErrBadFrame):
+				c.log.Warn("kafka connection closed: malformed frame", "err", err)
+			default:
+				c.log.Info("kafka connection closed: read failed", "err", err)
+			}
+			return
+		case <-closing:
+			closing = nil
+			draining = true
+			graceEnd = time.After(c.s.cfg.ShutdownGrace)
+		case <-graceEnd:
+			c.log.Info("kafka connection closed at shutdown with requests pending", "pending", sess.Pending())
+			return
+		}
+	}
+}
+
+func (c *conn) watch(ch <-chan struct{}) {
+	select {
+	case <-ch:
+		select {
+		case c.wake <- struct{}{}:
+		default:
+		}
+	case <-c.done:
+	}
+}

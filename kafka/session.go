@@ -1,0 +1,273 @@
+package kafka
+
+import (
+	"fmt"
+
+	"github.com/twmb/franz-go/pkg/kmsg"
+)
+
+// ProduceToken names one Backend.Produce call of a session.
+type ProduceToken uint64
+
+// Completion is the outcome of one Backend.Produce call, delivered to the
+// session that made it with ProduceDone.
+type Completion struct {
+	Token ProduceToken
+	Base  int64
+	Err   error
+}
+
+// Output is what a session asks its driver to do, taken with Take.
+type Output struct {
+	// Data holds whole response frames, in request order, to be written
+	// to the connection (one write). Nil when there is nothing.
+	Data []byte
+	// Close: close the connection after writing Data. Reason says why.
+	Close  bool
+	Reason string
+	// Deadline is the time (ns, the driver's clock) at which Poll must be
+	// called; 0 means none.
+	Deadline int64
+	// Wait lists channels (from LogView.Changed) of parked fetches: when
+	// any is closed, call Poll.
+	Wait []<-chan struct{}
+	// Paused: the in-flight bound is reached; do not call Receive until a
+	// later Output says otherwise (stop reading the socket meanwhile).
+	Paused bool
+	// Idle: no request is pending (the driver may close gracefully).
+	Idle bool
+}
+
+// Session is the deterministic state machine of one client connection: it
+// decodes requests, runs them against the Backend, and releases responses
+// strictly in request order. It starts no goroutines, reads no clock and does
+// no IO; time comes in as int64 nanoseconds. It is not safe for concurrent
+// use: one loop owns it. The Backend's done callbacks must not call into the
+// session: they go through notify, and the driver feeds them back with
+// ProduceDone.
+//
+// Same-connection guarantee. Requests are decoded and produce requests
+// submitted in arrival order (pipelined: no waiting for earlier ones), and
+// responses leave in that order. Once a produce fails (any error code in its
+// response, or any error for acks=0, which has no response), the session
+// reads no further request, sends every response before the failed one and
+// the failed one itself (none for acks=0), and closes the connection.
+// Requests read after the failed one get no answer: their outcome is unknown
+// to the client, which is the truth (a pipelined produce may have been
+// committed), and the client reconnects.
+type Session struct {
+	cfg    Config
+	prof   *Profile
+	be     Backend
+	notify func(Completion)
+
+	slots     []*slot
+	out       []byte
+	inflight  int // request bytes of unreleased slots
+	stopped   bool
+	closeNow  bool
+	reason    string
+	nextToken ProduceToken
+	produces  map[ProduceToken]*producePart
+}
+
+// slot is one request awaiting release.
+type slot struct {
+	key, version int16
+	corr         int32
+	size         int
+	done         bool   // the response (or its absence) is decided
+	resp         []byte // encoded response frame; nil for none
+	closeAfter   string // close the connection once this slot is released
+	op           operation
+}
+
+// operation is a request that cannot be answered at once.
+type operation interface {
+	// poll re-checks the operation; it may finish the slot.
+	poll(s *Session, now int64)
+	deadline() int64
+	waits() []<-chan struct{}
+}
+
+// handler runs one decoded request. It either finishes sl at once or sets
+// sl.op.
+type handler func(s *Session, sl *slot, req kmsg.Request, now int64)
+
+// handlers serves every key of every profile; the profile decides which
+// versions are reachable. The group coordinator adds its keys here.
+var handlers = map[int16]handler{
+	keyApiVersions: handleApiVersions,
+	keyMetadata:    handleMetadata,
+	keyProduce:     handleProduce,
+	keyFetch:       handleFetch,
+	keyListOffsets: handleListOffsets,
+}
+
+// NewSession returns a session for one connection. notify receives produce
+// completions from any goroutine; it must hand them to the session's loop
+// (ProduceDone) and must not block.
+func NewSession(cfg Config, be Backend, notify func(Completion)) (*Session, error) {
+	cfg, prof, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	return &Session{cfg: cfg, prof: prof, be: be, notify: notify, produces: map[ProduceToken]*producePart{}}, nil
+}
+
+// Receive handles one request frame (without its length prefix).
+func (s *Session) Receive(now int64, frame []byte) {
+	if s.stopped {
+		return // after a failure or a protocol error nothing more is read
+	}
+	s.receive(now, frame)
+	s.release()
+}
+
+func (s *Session) receive(now int64, frame []byte) {
+	if len(frame) > s.cfg.MaxFrameBytes {
+		s.protocolError(fmt.Sprintf("request frame of %d bytes exceeds %d", len(frame), s.cfg.MaxFrameBytes))
+		return
+	}
+	h, body, err := ParseRequestHeader(frame)
+	if err != nil {
+		s.protocolError(fmt.Sprintf("bad request header (key %d v%d): %v", h.Key, h.Version, err))
+		return
+	}
+	sl := &slot{key: h.Key, version: h.Version, corr: h.CorrelationID, size: len(frame)}
+	if !s.prof.Supports(h.Key, h.Version) {
+		if h.Key == keyApiVersions && h.Version >= 0 {
+			// A newer ApiVersions than ours: answer in a v0 body with
+			// UNSUPPORTED_VERSION and our ranges; the client retries
+			// with a version we list, on this connection.
+			sl.version = 0 // the answer is a v0 body
+			s.push(sl)
+			resp := s.apiVersionsResponse(0)
+			resp.ErrorCode = errUnsupportedVersion
+			s.finish(sl, resp)
+			return
+		}
+		s.protocolError(fmt.Sprintf("unsupported request: key %d (%s) version %d (profile %s)", h.Key, kmsg.NameForKey(h.Key), h.Version, s.prof.Name))
+		return
+	}
+	if err := checkShape(h.Key, h.Version, h.Flexible, body); err != nil {
+		s.protocolError(fmt.Sprintf("malformed %s v%d request: %v", kmsg.NameForKey(h.Key), h.Version, err))
+		return
+	}
+	req := kmsg.RequestForKey(h.Key)
+	req.SetVersion(h.Version)
+	if err := req.ReadFrom(body); err != nil {
+		s.protocolError(fmt.Sprintf("malformed %s v%d request: %v", kmsg.NameForKey(h.Key), h.Version, err))
+		return
+	}
+	s.push(sl)
+	handlers[h.Key](s, sl, req, now)
+}
+
+func (s *Session) push(sl *slot) {
+	s.slots = append(s.slots, sl)
+	s.inflight += sl.size
+}
+
+// protocolError stops reading and closes the connection once every earlier
+// request is answered.
+func (s *Session) protocolError(reason string) {
+	s.stopped = true
+	s.slots = append(s.slots, &slot{done: true, closeAfter: reason})
+}
+
+// finish encodes resp as sl's response.
+func (s *Session) finish(sl *slot, resp kmsg.Response) {
+	resp.SetVersion(sl.version)
+	sl.resp = appendResponse(nil, sl.key, sl.corr, resp)
+	sl.done = true
+	sl.op = nil
+}
+
+// finishSilently decides sl without a response (acks=0).
+func (s *Session) finishSilently(sl *slot) {
+	sl.done = true
+	sl.op = nil
+}
+
+// fail marks sl as a failed produce: nothing after it is read or answered,
+// and the connection closes once it is released.
+func (s *Session) fail(sl *slot, reason string) {
+	s.stopped = true
+	sl.closeAfter = reason
+}
+
+// release moves finished responses from the head of the queue to the output.
+func (s *Session) release() {
+	n := 0
+	for _, sl := range s.slots {
+		if !sl.done {
+			break
+		}
+		n++
+		s.out = append(s.out, sl.resp...)
+		s.inflight -= sl.size
+		if sl.closeAfter != "" {
+			s.closeNow = true
+			s.reason = sl.closeAfter
+			// Drop everything after: those requests get no answer.
+			for _, later := range s.slots[n:] {
+				if p, ok := later.op.(*produceOp); ok {
+					p.abandon(s)
+				}
+			}
+			s.slots = nil
+			s.inflight = 0
+			return
+		}
+	}
+	clear(s.slots[:n])
+	s.slots = s.slots[n:]
+}
+
+// ProduceDone delivers the outcome of a Backend.Produce call.
+func (s *Session) ProduceDone(now int64, c Completion) {
+	p, ok := s.produces[c.Token]
+	if !ok {
+		return // timed out, or abandoned after a failure
+	}
+	delete(s.produces, c.Token)
+	p.complete(s, c.Base, c.Err, now)
+	s.release()
+}
+
+// Poll re-checks parked requests (fetches waiting for data) and deadlines.
+// Call it at Output.Deadline and when an Output.Wait channel closes; extra
+// calls are harmless.
+func (s *Session) Poll(now int64) {
+	for _, sl := range s.slots {
+		if sl.op != nil {
+			sl.op.poll(s, now)
+		}
+	}
+	s.release()
+}
+
+// Tick is Poll; drivers with a periodic timer may call it.
+func (s *Session) Tick(now int64) { s.Poll(now) }
+
+// Take returns what the driver must do now and clears the pending output.
+func (s *Session) Take() Output {
+	o := Output{Data: s.out, Close: s.closeNow, Reason: s.reason}
+	s.out = nil
+	for _, sl := range s.slots {
+		if sl.op == nil {
+			continue
+		}
+		if d := sl.op.deadline(); d != 0 && (o.Deadline == 0 || d < o.Deadline) {
+			o.Deadline = d
+		}
+		o.Wait = append(o.Wait, sl.op.waits()...)
+	}
+	o.Paused = len(s.slots) >= s.cfg.MaxInFlightRequests || s.inflight+len(o.Data) >= s.cfg.MaxInFlightBytes
+	o.Idle = len(s.slots) == 0
+	return o
+}
+
+// Pending returns the number of requests read and not yet answered.
+func (s *Session) Pending() int { return len(s.slots) }

@@ -1,0 +1,179 @@
+// Package server wires a VDL server process: configuration, storage logs,
+// the Raft host and its transport, the Kafka listener and the admin HTTP.
+package server
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"slices"
+	"strings"
+
+	"github.com/BurntSushi/toml"
+)
+
+// Config is a server's configuration, read from a TOML file (see
+// docs/operations.md for a commented example); command-line flags override.
+type Config struct {
+	NodeID    uint64 `toml:"node_id"`
+	ClusterID string `toml:"cluster_id"`
+	DataDir   string `toml:"data_dir"`
+	// Listen addresses. KafkaAdvertise is what Metadata tells clients
+	// (default: KafkaListen) — advertise the address you listen on.
+	KafkaListen    string `toml:"kafka_listen"`
+	KafkaAdvertise string `toml:"kafka_advertise"`
+	RaftListen     string `toml:"raft_listen"`
+	AdminListen    string `toml:"admin_listen"`
+	// Profile is the Kafka protocol profile: "modern" (default) or "kafka-0.10".
+	Profile string `toml:"profile"`
+	// DC is this server's datacenter label.
+	DC string `toml:"dc"`
+
+	Peers   []Peer         `toml:"peers"`
+	Streams []StreamConfig `toml:"streams"`
+
+	Raft    RaftConfig    `toml:"raft"`
+	Storage StorageConfig `toml:"storage"`
+	Log     LogConfig     `toml:"log"`
+}
+
+// Peer is a server of the replica set (this one included).
+type Peer struct {
+	ID    uint64 `toml:"id"`
+	Raft  string `toml:"raft"`
+	Kafka string `toml:"kafka"` // advertised Kafka address
+	DC    string `toml:"dc"`
+}
+
+// StreamConfig is a log stream bootstrapped from configuration.
+type StreamConfig struct {
+	Name     string   `toml:"name"`
+	ID       uint64   `toml:"id"`       // Raft group id, unique in the cluster
+	Replicas []uint64 `toml:"replicas"` // default: every peer
+}
+
+// RaftConfig tunes replication.
+type RaftConfig struct {
+	TickMillis          int    `toml:"tick_ms"`        // default 100
+	ElectionTicks       int    `toml:"election_ticks"` // default 10
+	HeartbeatTicks      int    `toml:"heartbeat_ticks"`
+	MaxUncommittedBytes uint64 `toml:"max_uncommitted_bytes"`
+	SyncWrites          bool   `toml:"sync_writes"` // turn the append pipeline off (benchmarks)
+}
+
+// StorageConfig tunes the storage engine.
+type StorageConfig struct {
+	SegmentBytes   int64 `toml:"segment_bytes"`    // default 64 MiB
+	TailCacheBytes int64 `toml:"tail_cache_bytes"` // default 8 MiB per stream
+}
+
+// LogConfig sets up structured logging.
+type LogConfig struct {
+	Level  string `toml:"level"`  // debug, info (default), warn, error
+	Format string `toml:"format"` // text (default) or json
+}
+
+// LoadConfig reads a TOML file. Unknown keys are an error, so a typo is not
+// silently ignored.
+func LoadConfig(path string) (Config, error) {
+	var c Config
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return c, err
+	}
+	md, err := toml.Decode(string(data), &c)
+	if err != nil {
+		return c, fmt.Errorf("config %s: %w", path, err)
+	}
+	if un := md.Undecoded(); len(un) > 0 {
+		keys := make([]string, len(un))
+		for i, k := range un {
+			keys[i] = k.String()
+		}
+		return c, fmt.Errorf("config %s: unknown keys: %s", path, strings.Join(keys, ", "))
+	}
+	return c, nil
+}
+
+// Validate fills defaults and checks the configuration.
+func (c *Config) Validate() error {
+	var errs []error
+	if c.NodeID == 0 {
+		errs = append(errs, errors.New("node_id must be set and non-zero"))
+	}
+	if c.ClusterID == "" {
+		c.ClusterID = "vdl"
+	}
+	if c.DataDir == "" {
+		errs = append(errs, errors.New("data_dir must be set"))
+	}
+	for name, addr := range map[string]string{"kafka_listen": c.KafkaListen, "raft_listen": c.RaftListen} {
+		if _, _, err := net.SplitHostPort(addr); err != nil {
+			errs = append(errs, fmt.Errorf("%s %q: %v", name, addr, err))
+		}
+	}
+	if c.KafkaAdvertise == "" {
+		c.KafkaAdvertise = c.KafkaListen
+	}
+	switch c.Profile {
+	case "":
+		c.Profile = "modern"
+	case "modern", "kafka-0.10":
+	default:
+		errs = append(errs, fmt.Errorf("profile %q: want modern or kafka-0.10", c.Profile))
+	}
+	ids := map[uint64]bool{}
+	self := false
+	for _, p := range c.Peers {
+		if p.ID == 0 || ids[p.ID] {
+			errs = append(errs, fmt.Errorf("peer id %d is zero or repeated", p.ID))
+		}
+		ids[p.ID] = true
+		if p.ID == c.NodeID {
+			self = true
+		}
+	}
+	if !self {
+		errs = append(errs, fmt.Errorf("peers must include this server (node_id %d)", c.NodeID))
+	}
+	names, gids := map[string]bool{}, map[uint64]bool{}
+	for i := range c.Streams {
+		s := &c.Streams[i]
+		if s.Name == "" || names[s.Name] {
+			errs = append(errs, fmt.Errorf("stream name %q is empty or repeated", s.Name))
+		}
+		if s.ID == 0 || gids[s.ID] {
+			errs = append(errs, fmt.Errorf("stream %q: id %d is zero or repeated", s.Name, s.ID))
+		}
+		names[s.Name], gids[s.ID] = true, true
+		if len(s.Replicas) == 0 {
+			for _, p := range c.Peers {
+				s.Replicas = append(s.Replicas, p.ID)
+			}
+		}
+		slices.Sort(s.Replicas)
+		for _, r := range s.Replicas {
+			if !ids[r] {
+				errs = append(errs, fmt.Errorf("stream %q: replica %d is not a peer", s.Name, r))
+			}
+		}
+	}
+	if c.Raft.TickMillis == 0 {
+		c.Raft.TickMillis = 100
+	}
+	if c.Storage.SegmentBytes == 0 {
+		c.Storage.SegmentBytes = 64 << 20
+	}
+	return errors.Join(errs...)
+}
+
+// Peer returns the peer with id.
+func (c *Config) Peer(id uint64) (Peer, bool) {
+	for _, p := range c.Peers {
+		if p.ID == id {
+			return p, true
+		}
+	}
+	return Peer{}, false
+}
