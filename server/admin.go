@@ -1,8 +1,12 @@
 package server
 
 import (
+	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
+	"strconv"
+	"time"
 
 	"github.com/vdl-project/vdl/failpoints"
 	"github.com/vdl-project/vdl/raftnode"
@@ -40,8 +44,70 @@ func (s *Server) adminMux() *http.ServeMux {
 		enc.SetIndent("", "  ")
 		_ = enc.Encode(s.Status())
 	})
+	mux.HandleFunc("POST /streams/{name}/retain", s.handleRetain)
+	mux.HandleFunc("POST /streams/{name}/transfer-leader", s.handleTransferLeader)
 	failpoints.Mount(mux)
 	return mux
+}
+
+// leaderFor finds a hosted stream this server leads, or answers the
+// request with an error naming the problem (and the leader, if known).
+func (s *Server) leaderFor(w http.ResponseWriter, r *http.Request) (*stream, bool) {
+	name := r.PathValue("name")
+	st, ok := s.stream(name)
+	if !ok {
+		http.Error(w, fmt.Sprintf("stream %q is not hosted here", name), http.StatusNotFound)
+		return nil, false
+	}
+	if leader, _ := s.host.Leader(st.cfg.ID); leader != s.cfg.NodeID {
+		http.Error(w, fmt.Sprintf("not the leader of %q; the leader is node %d", name, leader), http.StatusConflict)
+		return nil, false
+	}
+	return st, true
+}
+
+// handleRetain deletes a stream's head segments below ?before=OFFSET on
+// every replica, through a replicated command.
+func (s *Server) handleRetain(w http.ResponseWriter, r *http.Request) {
+	before, err := strconv.ParseInt(r.URL.Query().Get("before"), 10, 64)
+	if err != nil || before < 0 {
+		http.Error(w, "?before= must be a non-negative offset", http.StatusBadRequest)
+		return
+	}
+	st, ok := s.leaderFor(w, r)
+	if !ok {
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), 10*time.Second)
+	defer cancel()
+	if _, err := s.host.Propose(ctx, st.cfg.ID, raftnode.RetainData(before)); err != nil {
+		http.Error(w, "retention: "+err.Error(), http.StatusServiceUnavailable)
+		return
+	}
+	fmt.Fprintf(w, "retention before offset %d committed; start offset is now %d\n", before, st.log.StartOffset())
+}
+
+// handleTransferLeader hands the stream's leadership to ?to=NODE.
+func (s *Server) handleTransferLeader(w http.ResponseWriter, r *http.Request) {
+	to, err := strconv.ParseUint(r.URL.Query().Get("to"), 10, 64)
+	if err != nil || to == 0 {
+		http.Error(w, "?to= must be a node id", http.StatusBadRequest)
+		return
+	}
+	if _, ok := s.cfg.Peer(to); !ok {
+		http.Error(w, fmt.Sprintf("node %d is not a peer", to), http.StatusBadRequest)
+		return
+	}
+	st, ok := s.leaderFor(w, r)
+	if !ok {
+		return
+	}
+	if err := s.host.TransferLeader(st.cfg.ID, to); err != nil {
+		http.Error(w, err.Error(), http.StatusServiceUnavailable)
+		return
+	}
+	w.WriteHeader(http.StatusAccepted)
+	fmt.Fprintf(w, "leadership transfer of %q to node %d started\n", st.cfg.Name, to)
 }
 
 // Status reports every hosted stream.
