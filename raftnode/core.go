@@ -36,6 +36,9 @@ var (
 	// ErrUnknownOutcome: the log was replaced by a snapshot before the
 	// proposal's entry was applied here; it may or may not be committed.
 	ErrUnknownOutcome = errors.New("raftnode: outcome unknown: log replaced by a snapshot")
+	// ErrConfChangeRejected: raft refused a membership change because
+	// another one is still pending (or the change was not valid now).
+	ErrConfChangeRejected = errors.New("raftnode: membership change rejected: another change is pending")
 )
 
 // Storage is what the core reads of a group's log. *storage.Log satisfies it.
@@ -273,8 +276,14 @@ func (c *Core) proposeNow(g *group, qs []queuedProposal) {
 	}
 	tail := ents[len(ents)-len(accepted):]
 	for i, q := range accepted {
-		idx := tail[i].GetIndex()
-		g.pending[idx] = append(g.pending[idx], pending{id: q.id, term: tail[i].GetTerm(), size: uint64(len(q.entry.GetData()))})
+		idx, size := tail[i].GetIndex(), uint64(len(q.entry.GetData()))
+		if q.entry.GetType() != raftpb.EntryNormal && tail[i].GetType() == raftpb.EntryNormal {
+			// raft replaced the conf change with an empty entry
+			g.uncommitted -= size
+			c.emit(Complete{Group: g.id, ID: q.id, Index: idx, Err: ErrConfChangeRejected})
+			continue
+		}
+		g.pending[idx] = append(g.pending[idx], pending{id: q.id, term: tail[i].GetTerm(), size: size})
 	}
 	c.handleReady(g, rd)
 	c.drain(g)

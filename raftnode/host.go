@@ -73,9 +73,10 @@ type Host struct {
 	wg   sync.WaitGroup
 }
 
-type completion struct {
-	res Result
-	err error
+// Completion is the outcome of a proposal submitted with ProposeAsync.
+type Completion struct {
+	Result Result
+	Err    error
 }
 
 // groupView is what other goroutines may read about a group without
@@ -235,7 +236,7 @@ func (h *Host) Propose(ctx context.Context, group uint64, data []byte) (Result, 
 	}
 	select {
 	case c := <-ch:
-		return c.res, c.err
+		return c.Result, c.Err
 	case <-ctx.Done():
 		return Result{}, ctx.Err()
 	}
@@ -243,9 +244,9 @@ func (h *Host) Propose(ctx context.Context, group uint64, data []byte) (Result, 
 
 // ProposeAsync submits a proposal and returns the channel its outcome will
 // arrive on (exactly once; ErrStopped if the host stops first).
-func (h *Host) ProposeAsync(group uint64, data []byte) (<-chan completion, error) {
-	ch := make(chan completion, 1)
-	err := h.ProposeFunc(group, data, func(r Result, err error) { ch <- completion{r, err} })
+func (h *Host) ProposeAsync(group uint64, data []byte) (<-chan Completion, error) {
+	ch := make(chan Completion, 1)
+	err := h.ProposeFunc(group, data, func(r Result, err error) { ch <- Completion{r, err} })
 	return ch, err
 }
 
@@ -258,13 +259,13 @@ func (h *Host) ProposeFunc(group uint64, data []byte, done func(Result, error)) 
 
 // ProposeConfChange proposes a membership change and waits for it to apply.
 func (h *Host) ProposeConfChange(ctx context.Context, group uint64, cc *raftpb.ConfChangeV2) error {
-	ch := make(chan completion, 1)
-	if err := h.submit(func(r Result, err error) { ch <- completion{r, err} }, func(id ProposalID) { h.core.ProposeConfChange(group, id, cc) }); err != nil {
+	ch := make(chan Completion, 1)
+	if err := h.submit(func(r Result, err error) { ch <- Completion{r, err} }, func(id ProposalID) { h.core.ProposeConfChange(group, id, cc) }); err != nil {
 		return err
 	}
 	select {
 	case c := <-ch:
-		return c.err
+		return c.Err
 	case <-ctx.Done():
 		return ctx.Err()
 	}

@@ -51,6 +51,11 @@ type StreamConfig struct {
 	Name     string   `toml:"name"`
 	ID       uint64   `toml:"id"`       // Raft group id, unique in the cluster
 	Replicas []uint64 `toml:"replicas"` // default: every peer
+	// Join makes this server start the stream with an empty log that learns
+	// its membership from the leader (a server added by a membership
+	// change). Founding members leave it false: they bootstrap the log with
+	// Replicas as the initial membership.
+	Join bool `toml:"join"`
 }
 
 // RaftConfig tunes replication.

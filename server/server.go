@@ -108,7 +108,7 @@ func (s *Server) openStream(sc StreamConfig) error {
 	if err != nil {
 		return fmt.Errorf("stream %s: %w", sc.Name, err)
 	}
-	if _, cs, err := l.InitialState(); err == nil && len(cs.GetVoters()) == 0 {
+	if _, cs, err := l.InitialState(); err == nil && len(cs.GetVoters()) == 0 && !sc.Join {
 		if err := l.Bootstrap(&raftpb.ConfState{Voters: sc.Replicas}); err != nil {
 			_ = l.Close()
 			return fmt.Errorf("stream %s: bootstrap: %w", sc.Name, err)

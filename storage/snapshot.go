@@ -54,6 +54,7 @@ func (l *Log) InstallSnapshot(snap *pb.Snapshot) error {
 	}
 	idx := md.GetIndex()
 	st := l.st
+	st.term = max(st.term, md.GetTerm()) // a no-op for followers; sets term 1 at Bootstrap
 	st.commit, st.applied, st.maxTs = max(st.commit, idx), max(st.applied, idx), -1
 	m := l.meta
 	m.retFirst, m.retPrevTerm, m.retStart = idx+1, md.GetTerm(), start

@@ -1,0 +1,189 @@
+package storage
+
+import (
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+
+	"go.etcd.io/raft/v3"
+	pb "go.etcd.io/raft/v3/raftpb"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/vdl-project/vdl/vfs"
+)
+
+const (
+	defaultSegmentSize    = 64 << 20
+	defaultTailCacheBytes = 8 << 20
+	// writebackMin: chunks at least this big get a sync_file_range hint so
+	// the fdatasync that follows has less left to do.
+	writebackMin = 256 << 10
+)
+
+// Log is one stream's merged Raft log and Kafka log. One goroutine writes
+// (Write, Sync); any number read concurrently.
+//
+// Locking: wmu serializes everything that changes the log (Write, Sync,
+// DeleteBefore, ApplyConfState, Bootstrap, Close); the writer holds it
+// through disk IO. mu guards what readers look at; the writer takes it only
+// to publish, never during an fsync. Readers hold mu.RLock during their
+// preads, so a segment cannot be closed under them.
+type Log struct {
+	fs      vfs.FS
+	dir     string
+	stream  uint64
+	segSize int64
+	logger  *slog.Logger
+
+	wmu sync.Mutex
+	mu  sync.RWMutex
+
+	// Guarded by mu (changed with wmu and mu held).
+	closed bool
+	segs   []*segment // ascending; the last one is active
+	ridx   []ridxEnt  // active segment: entry active.hdr.first+i
+	lidx   []lidxEnt  // active segment's user entries
+	cache  tailCache
+	st     state       // the newest state written
+	confs  []confEntry // conf state history
+	meta   meta
+
+	// Writer-only (wmu).
+	failed   error // sticky: after a failed write the file state is unknown
+	dirDirty bool  // files created since the last Sync
+	scrP     []prepEnt
+	scrR     []ridxEnt
+	scrL     []lidxEnt
+	scrC     []cacheEnt
+
+	pendingApplied atomic.Uint64 // SetApplied
+	durableApplied atomic.Uint64 // Applied
+}
+
+var _ raft.Storage = (*Log)(nil)
+
+func (l *Log) active() *segment { return l.segs[len(l.segs)-1] }
+
+// Close releases the files. It does not sync: only Sync makes data durable.
+func (l *Log) Close() error {
+	l.wmu.Lock()
+	defer l.wmu.Unlock()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.closed {
+		return ErrClosed
+	}
+	l.closed = true
+	for _, s := range l.segs {
+		s.closeFiles()
+	}
+	l.cache.reset()
+	return nil
+}
+
+// checkWriter is the writer's entry check; wmu must be held.
+func (l *Log) checkWriter() error {
+	if l.closed {
+		return ErrClosed
+	}
+	return l.failed
+}
+
+func (l *Log) fail(err error) error {
+	if l.failed == nil {
+		l.failed = fmt.Errorf("storage: log %s unusable after failed IO: %w", l.dir, err)
+	}
+	return err
+}
+
+// Bootstrap starts a new, empty log of a group's founding member: the log
+// begins with a snapshot at index 1 (term 1) that holds the initial
+// membership, so a server that later joins with an empty log learns the
+// membership from that snapshot instead of replaying only the changes
+// since. Durable on return.
+func (l *Log) Bootstrap(cs *pb.ConfState) error {
+	l.wmu.Lock()
+	act := l.active()
+	isNew := len(l.segs) == 1 && act.hdr.first == 1 && act.last == 0 && len(l.confs) == 0
+	l.wmu.Unlock()
+	if !isNew {
+		return fmt.Errorf("storage: Bootstrap of a log that is not new (%s)", l.dir)
+	}
+	return l.InstallSnapshot(&pb.Snapshot{
+		Metadata: &pb.SnapshotMetadata{Index: new(uint64(1)), Term: new(uint64(1)), ConfState: pb.EnsureConfState(cs)},
+		Data:     encodeSnapshotData(0),
+	})
+}
+
+// ApplyConfState records the ConfState in force from index on, durably.
+// Applied() is at least index afterwards: conf changes are applied in order.
+func (l *Log) ApplyConfState(index uint64, cs *pb.ConfState) error {
+	l.wmu.Lock()
+	defer l.wmu.Unlock()
+	if err := l.checkWriter(); err != nil {
+		return err
+	}
+	confs := make([]confEntry, 0, len(l.confs)+1)
+	for _, c := range l.confs {
+		if c.index < index {
+			confs = append(confs, c)
+		}
+	}
+	confs = append(confs, confEntry{index: index, cs: proto.Clone(pb.EnsureConfState(cs)).(*pb.ConfState)})
+	if err := l.setConfs(confs); err != nil {
+		return err
+	}
+	if index > l.durableApplied.Load() {
+		l.durableApplied.Store(index)
+	}
+	return nil
+}
+
+func (l *Log) setConfs(confs []confEntry) error {
+	m := l.meta
+	m.confs = confs
+	if err := saveMeta(l.fs, l.dir, &m); err != nil {
+		return err
+	}
+	l.mu.Lock()
+	l.meta, l.confs = m, confs
+	l.mu.Unlock()
+	return nil
+}
+
+// SetApplied notes the last applied index; the next Write or Sync records it.
+func (l *Log) SetApplied(index uint64) { l.pendingApplied.Store(index) }
+
+// Applied returns the last applied index known to be durable.
+func (l *Log) Applied() uint64 { return l.durableApplied.Load() }
+
+// Sync makes everything written so far durable and says up to where.
+func (l *Log) Sync() (Synced, error) {
+	l.wmu.Lock()
+	defer l.wmu.Unlock()
+	if err := l.checkWriter(); err != nil {
+		return Synced{}, err
+	}
+	if ap := l.pendingApplied.Load(); ap != l.st.applied {
+		st := l.st
+		st.applied = ap
+		if err := l.appendRecords(nil, nil, &st); err != nil {
+			return Synced{}, err
+		}
+	}
+	act := l.active()
+	if err := act.f.Sync(); err != nil {
+		return Synced{}, l.fail(err)
+	}
+	if l.dirDirty {
+		if err := l.fs.SyncDir(l.dir); err != nil {
+			return Synced{}, l.fail(err)
+		}
+		l.dirDirty = false
+	}
+	if l.st.applied > l.durableApplied.Load() {
+		l.durableApplied.Store(l.st.applied)
+	}
+	return Synced{LastIndex: act.last, LastTerm: act.lastTerm}, nil
+}
