@@ -3,6 +3,8 @@ package kafka
 import (
 	"fmt"
 	"time"
+
+	"github.com/vdl-project/vdl/kafka/group"
 )
 
 // Config configures the Kafka front end. Zero fields take the defaults.
@@ -36,6 +38,24 @@ type Config struct {
 	// ShutdownGrace is how long Close lets connections finish answering
 	// requests already read. Default 5s.
 	ShutdownGrace time.Duration
+
+	// OffsetsTopic is the internal stream holding committed offsets; its
+	// leader coordinates every group. Default "__consumer_offsets".
+	OffsetsTopic string
+	// OffsetCommitTimeout bounds the wait for an offset commit's Raft
+	// commit (then REQUEST_TIMED_OUT). Default 5s (Kafka's
+	// offsets.commit.timeout.ms).
+	OffsetCommitTimeout time.Duration
+	// GroupMinSessionTimeout and GroupMaxSessionTimeout bound members'
+	// session timeouts. Defaults 6s and 30min (Kafka 2.4).
+	GroupMinSessionTimeout, GroupMaxSessionTimeout time.Duration
+}
+
+func (c Config) groupsConfig() GroupsConfig {
+	return GroupsConfig{OffsetsTopic: c.OffsetsTopic, Group: group.Config{
+		MinSessionTimeout: int64(c.GroupMinSessionTimeout),
+		MaxSessionTimeout: int64(c.GroupMaxSessionTimeout),
+	}}
 }
 
 // DefaultMaxFrameBytes is the default MaxFrameBytes.
@@ -62,6 +82,12 @@ func (c Config) withDefaults() (Config, *Profile, error) {
 	}
 	if c.WriteTimeout == 0 {
 		c.WriteTimeout = 2 * time.Minute
+	}
+	if c.OffsetsTopic == "" {
+		c.OffsetsTopic = DefaultOffsetsTopic
+	}
+	if c.OffsetCommitTimeout == 0 {
+		c.OffsetCommitTimeout = 5 * time.Second
 	}
 	if c.ShutdownGrace == 0 {
 		c.ShutdownGrace = 5 * time.Second

@@ -20,6 +20,7 @@ const (
 	errNotLeaderForPartition    int16 = 6
 	errRequestTimedOut          int16 = 7
 	errMessageTooLarge          int16 = 10
+	errInvalidTopic             int16 = 17
 	errNotEnoughReplicas        int16 = 19
 	errInvalidRequiredAcks      int16 = 21
 	errUnsupportedVersion       int16 = 35

@@ -42,7 +42,13 @@ func handleMetadata(s *Session, sl *slot, kreq kmsg.Request, _ int64) {
 
 	var names []string
 	if req.Topics == nil || (v == 0 && len(req.Topics) == 0) {
-		names = s.be.Streams()
+		// All topics: the internal offsets stream is left out (it is
+		// answered, marked internal, when asked for by name).
+		for _, n := range s.be.Streams() {
+			if n != s.cfg.OffsetsTopic {
+				names = append(names, n)
+			}
+		}
 	} else {
 		for _, t := range req.Topics {
 			if t.Topic != nil && !slices.Contains(names, *t.Topic) {
@@ -63,6 +69,7 @@ func handleMetadata(s *Session, sl *slot, kreq kmsg.Request, _ int64) {
 			resp.Topics = append(resp.Topics, rt)
 			continue
 		}
+		rt.IsInternal = name == s.cfg.OffsetsTopic
 		p := kmsg.NewMetadataResponseTopicPartition()
 		p.Partition = 0
 		p.Leader = info.Leader

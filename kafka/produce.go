@@ -75,6 +75,9 @@ func (s *Session) admitProduce(v int16, topic string, partition int32, recs []by
 	if _, ok := s.be.Stream(topic); !ok || partition != 0 {
 		return nil, errUnknownTopicOrPartition, fmt.Sprintf("unknown topic or partition %s/%d", topic, partition)
 	}
+	if topic == s.cfg.OffsetsTopic {
+		return nil, errInvalidTopic, "the offsets stream is internal: it is written by the group coordinator only"
+	}
 	if v >= 3 {
 		info, err := records.ValidateV2(recs, s.cfg.MaxMessageBytes)
 		if err != nil {

@@ -48,10 +48,8 @@ var (
 )
 
 // Every version listed here is implemented field by field (see
-// docs/kafka.md). Group and offset keys (FindCoordinator, JoinGroup,
-// SyncGroup, Heartbeat, LeaveGroup, OffsetCommit, OffsetFetch,
-// DescribeGroups, ListGroups) are added by the group coordinator: add their
-// ranges here and their handlers to the handlers table in session.go.
+// docs/kafka.md). A new key needs its range here, its handler in the
+// handlers table (session.go) and its grammar in checkShape (shape.go).
 var profiles = map[string]*Profile{
 	ProfileKafka0102: newProfile(ProfileKafka0102, []VersionRange{
 		{keyProduce, 0, 2},
@@ -59,6 +57,15 @@ var profiles = map[string]*Profile{
 		{keyListOffsets, 0, 1},
 		{keyMetadata, 0, 2},
 		{keyApiVersions, 0, 0},
+		{keyFindCoordinator, 0, 0},
+		{keyJoinGroup, 0, 1},
+		{keySyncGroup, 0, 0},
+		{keyHeartbeat, 0, 0},
+		{keyLeaveGroup, 0, 0},
+		{keyOffsetCommit, 0, 2},
+		{keyOffsetFetch, 0, 1},
+		{keyDescribeGroups, 0, 0},
+		{keyListGroups, 0, 0},
 	}),
 	// Kafka 2.4's versions of the keys served: the step up to RecordBatch
 	// v2, headers and zstd. Old versions stay served (down-conversion), as a
@@ -71,6 +78,20 @@ var profiles = map[string]*Profile{
 		{keyListOffsets, 0, 5},
 		{keyMetadata, 0, 9},
 		{keyApiVersions, 0, 3},
+		// Group keys: Kafka 2.4's versions up to static membership
+		// (KIP-345: group.instance.id in JoinGroup 5, SyncGroup 3,
+		// Heartbeat 3, LeaveGroup 3, OffsetCommit 7, DescribeGroups 4),
+		// which VDL does not implement; FindCoordinator, OffsetFetch and
+		// ListGroups are at 2.4's maximum.
+		{keyFindCoordinator, 0, 3},
+		{keyJoinGroup, 0, 4},
+		{keySyncGroup, 0, 2},
+		{keyHeartbeat, 0, 2},
+		{keyLeaveGroup, 0, 2},
+		{keyOffsetCommit, 0, 6},
+		{keyOffsetFetch, 0, 6},
+		{keyDescribeGroups, 0, 3},
+		{keyListGroups, 0, 3},
 	}),
 }
 

@@ -6,6 +6,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -18,10 +19,11 @@ import (
 // completions, high-watermark wake-ups and deadline ticks, and writes the
 // ready responses with one write per batch.
 type Server struct {
-	cfg   Config
-	be    Backend
-	log   *slog.Logger
-	start time.Time
+	cfg    Config
+	be     Backend
+	log    *slog.Logger
+	start  time.Time
+	groups *Groups
 
 	mu        sync.Mutex
 	listeners map[net.Listener]struct{}
@@ -41,11 +43,42 @@ func NewServer(cfg Config, be Backend, logger *slog.Logger) (*Server, error) {
 	if logger == nil {
 		logger = slog.Default()
 	}
-	return &Server{
+	s := &Server{
 		cfg: cfg, be: be, log: logger.With("component", "kafka"), start: time.Now(),
 		listeners: map[net.Listener]struct{}{}, conns: map[*conn]struct{}{},
 		closing: make(chan struct{}),
-	}, nil
+	}
+	gc := cfg.groupsConfig()
+	gc.Group.Nonce = strconv.FormatInt(s.start.UnixNano(), 36)
+	startMs := s.start.UnixMilli()
+	gc.Wall = func(now int64) int64 { return startMs + now/1e6 }
+	s.groups = NewGroups(gc, be)
+	s.wg.Add(1)
+	go s.tickGroups()
+	return s, nil
+}
+
+// Groups returns the server's group coordinator.
+func (s *Server) Groups() *Groups { return s.groups }
+
+// Now returns the driver's clock (ns since the server was created), the
+// time base of Groups.
+func (s *Server) Now() int64 { return s.now() }
+
+// tickGroups drives the coordinator's timeouts (sessions expire even when
+// no member calls) and notices lost leadership of the offsets stream.
+func (s *Server) tickGroups() {
+	defer s.wg.Done()
+	t := time.NewTicker(500 * time.Millisecond)
+	defer t.Stop()
+	for {
+		select {
+		case <-s.closing:
+			return
+		case <-t.C:
+			s.groups.Tick(s.now())
+		}
+	}
 }
 
 // ErrServerClosed is returned by Serve after Close.
@@ -196,10 +229,13 @@ func (c *conn) loop() {
 		c.s.mu.Unlock()
 		c.s.nconns.Add(-1)
 	}()
-	sess, err := NewSession(c.s.cfg, c.s.be, c.notify)
+	sess, err := NewSessionWithGroups(c.s.cfg, c.s.be, c.s.groups, c.notify)
 	if err != nil {
 		c.log.Error("cannot start kafka session", "err", err)
 		return
+	}
+	if host, _, err := net.SplitHostPort(c.nc.RemoteAddr().String()); err == nil {
+		sess.SetClientHost("/" + host)
 	}
 	watched := map[<-chan struct{}]bool{}
 	timer := time.NewTimer(time.Hour)

@@ -68,7 +68,23 @@ type Session struct {
 	closeNow  bool
 	reason    string
 	nextToken ProduceToken
-	produces  map[ProduceToken]*producePart
+	produces  map[ProduceToken]completer
+
+	groups     *Groups
+	clientID   string // of the request being handled
+	clientHost string
+}
+
+// completer is an outstanding Backend.Produce of a request (a produce
+// partition or an offset commit).
+type completer interface {
+	complete(s *Session, base int64, err error, now int64)
+}
+
+// abandoner is an operation with outstanding backend calls to forget when
+// the connection closes.
+type abandoner interface {
+	abandon(s *Session)
 }
 
 // slot is one request awaiting release.
@@ -102,18 +118,43 @@ var handlers = map[int16]handler{
 	keyProduce:     handleProduce,
 	keyFetch:       handleFetch,
 	keyListOffsets: handleListOffsets,
+
+	keyFindCoordinator: handleFindCoordinator,
+	keyJoinGroup:       handleJoinGroup,
+	keySyncGroup:       handleSyncGroup,
+	keyHeartbeat:       handleHeartbeat,
+	keyLeaveGroup:      handleLeaveGroup,
+	keyOffsetCommit:    handleOffsetCommit,
+	keyOffsetFetch:     handleOffsetFetch,
+	keyDescribeGroups:  handleDescribeGroups,
+	keyListGroups:      handleListGroups,
 }
 
 // NewSession returns a session for one connection. notify receives produce
 // completions from any goroutine; it must hand them to the session's loop
 // (ProduceDone) and must not block.
+//
+// The session gets a group coordinator of its own; sessions of one server
+// share one (NewSessionWithGroups).
 func NewSession(cfg Config, be Backend, notify func(Completion)) (*Session, error) {
+	return NewSessionWithGroups(cfg, be, nil, notify)
+}
+
+// NewSessionWithGroups returns a session whose group and offset requests go
+// to g (nil: a coordinator of its own, configured from cfg).
+func NewSessionWithGroups(cfg Config, be Backend, g *Groups, notify func(Completion)) (*Session, error) {
 	cfg, prof, err := cfg.withDefaults()
 	if err != nil {
 		return nil, err
 	}
-	return &Session{cfg: cfg, prof: prof, be: be, notify: notify, produces: map[ProduceToken]*producePart{}}, nil
+	if g == nil {
+		g = NewGroups(cfg.groupsConfig(), be)
+	}
+	return &Session{cfg: cfg, prof: prof, be: be, notify: notify, produces: map[ProduceToken]completer{}, groups: g}, nil
 }
+
+// SetClientHost sets the client address reported for group members.
+func (s *Session) SetClientHost(host string) { s.clientHost = host }
 
 // Receive handles one request frame (without its length prefix).
 func (s *Session) Receive(now int64, frame []byte) {
@@ -161,6 +202,10 @@ func (s *Session) receive(now int64, frame []byte) {
 		return
 	}
 	s.push(sl)
+	s.clientID = ""
+	if h.ClientID != nil {
+		s.clientID = *h.ClientID
+	}
 	handlers[h.Key](s, sl, req, now)
 }
 
@@ -212,7 +257,7 @@ func (s *Session) release() {
 			s.reason = sl.closeAfter
 			// Drop everything after: those requests get no answer.
 			for _, later := range s.slots[n:] {
-				if p, ok := later.op.(*produceOp); ok {
+				if p, ok := later.op.(abandoner); ok {
 					p.abandon(s)
 				}
 			}

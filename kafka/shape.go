@@ -279,6 +279,114 @@ func checkShape(key, v int16, flex bool, body []byte) error {
 			r.str(false)
 		}
 		r.endStruct()
+	case keyFindCoordinator:
+		if v > 3 {
+			return fmt.Errorf("%w: find coordinator v%d shape unknown", ErrBadFrame, v)
+		}
+		r.str(false)
+		if v >= 1 {
+			r.i8()
+		}
+		r.endStruct()
+	case keyJoinGroup:
+		if v > 4 {
+			return fmt.Errorf("%w: join group v%d shape unknown", ErrBadFrame, v)
+		}
+		r.str(false) // group
+		r.i32()      // session timeout
+		if v >= 1 {
+			r.i32() // rebalance timeout
+		}
+		r.str(false) // member id
+		r.str(false) // protocol type
+		r.array(false, func() {
+			r.str(false)
+			r.bytes(false)
+			r.endStruct()
+		})
+		r.endStruct()
+	case keySyncGroup:
+		if v > 2 {
+			return fmt.Errorf("%w: sync group v%d shape unknown", ErrBadFrame, v)
+		}
+		r.str(false)
+		r.i32()
+		r.str(false)
+		r.array(false, func() {
+			r.str(false)
+			r.bytes(false)
+			r.endStruct()
+		})
+		r.endStruct()
+	case keyHeartbeat:
+		if v > 2 {
+			return fmt.Errorf("%w: heartbeat v%d shape unknown", ErrBadFrame, v)
+		}
+		r.str(false)
+		r.i32()
+		r.str(false)
+		r.endStruct()
+	case keyLeaveGroup:
+		if v > 2 {
+			return fmt.Errorf("%w: leave group v%d shape unknown", ErrBadFrame, v)
+		}
+		r.str(false)
+		r.str(false)
+		r.endStruct()
+	case keyOffsetCommit:
+		if v > 6 {
+			return fmt.Errorf("%w: offset commit v%d shape unknown", ErrBadFrame, v)
+		}
+		r.str(false) // group
+		if v >= 1 {
+			r.i32()      // generation
+			r.str(false) // member id
+		}
+		if v >= 2 && v <= 4 {
+			r.i64() // retention time
+		}
+		r.array(false, func() {
+			r.str(false)
+			r.array(false, func() {
+				r.i32() // partition
+				r.i64() // offset
+				if v == 1 {
+					r.i64() // timestamp
+				}
+				if v >= 6 {
+					r.i32() // leader epoch
+				}
+				r.str(true) // metadata
+				r.endStruct()
+			})
+			r.endStruct()
+		})
+		r.endStruct()
+	case keyOffsetFetch:
+		if v > 6 {
+			return fmt.Errorf("%w: offset fetch v%d shape unknown", ErrBadFrame, v)
+		}
+		r.str(false)
+		r.array(v >= 2, func() {
+			r.str(false)
+			r.array(false, r.i32)
+			r.endStruct()
+		})
+		r.endStruct()
+	case keyDescribeGroups:
+		if v > 3 {
+			return fmt.Errorf("%w: describe groups v%d shape unknown", ErrBadFrame, v)
+		}
+		r.array(false, func() { r.str(false) })
+		if v >= 3 {
+			r.i8()
+		}
+		r.endStruct()
+	case keyListGroups:
+		if v > 3 {
+			return fmt.Errorf("%w: list groups v%d shape unknown", ErrBadFrame, v)
+		}
+		r.endStruct()
 	default:
 		return fmt.Errorf("%w: no shape for key %d", ErrBadFrame, key)
 	}

@@ -407,7 +407,7 @@ func (c *Core) handleReady(g *group, rd raft.Ready) {
 	for _, m := range rd.Messages {
 		switch m.GetTo() {
 		case raft.LocalAppendThread:
-			c.emit(Append{Group: g.id, Msg: m})
+			c.emit(Append{Group: g.id, Msg: m, Leader: g.lead})
 		case raft.LocalApplyThread:
 			c.apply(g, m.GetEntries())
 			for _, r := range m.GetResponses() {
@@ -436,7 +436,7 @@ func (c *Core) handleSyncReady(g *group, rd raft.Ready) {
 		m.Snapshot = rd.Snapshot
 	}
 	g.waiting = &rd
-	c.emit(Append{Group: g.id, Msg: m})
+	c.emit(Append{Group: g.id, Msg: m, Leader: g.lead})
 }
 
 func (c *Core) sendAll(g *group, msgs []*raftpb.Message) {

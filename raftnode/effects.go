@@ -24,6 +24,9 @@ type Send struct {
 type Append struct {
 	Group uint64
 	Msg   *raftpb.Message
+	// Leader is the group's leader when Msg carries a snapshot: the
+	// driver copies the snapshot's entries from it (or another replica).
+	Leader uint64
 }
 
 // Complete reports the end of a proposal: committed and applied at Index

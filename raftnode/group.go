@@ -78,7 +78,13 @@ func (c *Core) apply(g *group, ents []*raftpb.Entry) {
 			case len(data) > 0 && data[0] == storage.TagCommand:
 				var cmd Command
 				if cmd, err = DecodeCommand(data); err == nil && cmd.Kind == CmdRetain {
-					c.emit(Retain{Group: g.id, Index: idx, BeforeOffset: cmd.BeforeOffset})
+					// Never beyond what is committed at this point of the log:
+					// every replica computes the same bound.
+					before := cmd.BeforeOffset
+					if end, e := g.st.NextOffsetAt(idx); e == nil {
+						before = min(before, end)
+					}
+					c.emit(Retain{Group: g.id, Index: idx, BeforeOffset: before})
 				}
 			}
 		}

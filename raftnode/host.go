@@ -23,10 +23,14 @@ type Log interface {
 	SetApplied(index uint64)
 	ApplyConfState(index uint64, cs *raftpb.ConfState) error
 	DeleteBefore(offset int64) (int, error)
-	// InstallSnapshot replaces the log with an empty one that starts after
-	// the snapshot (durable on return); replication refills it.
-	InstallSnapshot(snap *raftpb.Snapshot) error
+	// InstallSnapshot replaces the log with the one the snapshot stands
+	// for, copying its entries from src; durable on return.
+	InstallSnapshot(snap *raftpb.Snapshot, src storage.EntrySource) error
 }
+
+// EntryFetcher copies entries [from, to] of a group's log from a peer
+// (a leader that sent a snapshot). It may return fewer entries than asked.
+type EntryFetcher func(group, peer, from, to uint64) ([]*raftpb.Entry, error)
 
 // Sender delivers messages to peers (the TCP transport). Send must not block.
 type Sender interface {
@@ -49,7 +53,11 @@ type HostConfig struct {
 	Core         Config
 	TickInterval time.Duration // default 100ms
 	Sender       Sender
-	Logger       *slog.Logger
+	// Fetch copies snapshot entries from peers; Peers lists the replicas to
+	// try after the snapshot's sender.
+	Fetch  EntryFetcher
+	Peers  []uint64
+	Logger *slog.Logger
 }
 
 // Host is the production driver: it owns a Core on one goroutine, feeds it
@@ -459,7 +467,7 @@ func (h *Host) applyBatch(batch []Effect) error {
 			if l == nil {
 				continue
 			}
-			if err := writeAppend(l, e.Msg); err != nil {
+			if err := h.writeAppend(l, e); err != nil {
 				return fmt.Errorf("group %d: %w", e.Group, err)
 			}
 			done = append(done, e)
@@ -504,9 +512,10 @@ func (h *Host) logOf(group uint64) Log {
 }
 
 // writeAppend writes a MsgStorageAppend's snapshot, entries and hard state.
-func writeAppend(l Log, m *raftpb.Message) error {
+func (h *Host) writeAppend(l Log, a Append) error {
+	m := a.Msg
 	if m.GetSnapshot().GetMetadata().GetIndex() != 0 {
-		if err := l.InstallSnapshot(m.GetSnapshot()); err != nil {
+		if err := l.InstallSnapshot(m.GetSnapshot(), h.snapshotSource(a)); err != nil {
 			return fmt.Errorf("install snapshot: %w", err)
 		}
 	}
@@ -518,6 +527,35 @@ func writeAppend(l Log, m *raftpb.Message) error {
 		return nil
 	}
 	return l.Write(m.GetEntries(), hs)
+}
+
+// snapshotSource copies a snapshot's entries from its sender, falling back
+// to the other replicas, and retries with backoff until it succeeds or the
+// host stops: the install must finish before raft hears it is done. (It
+// holds up this server's append worker meanwhile; see docs/replication.md.)
+func (h *Host) snapshotSource(a Append) storage.EntrySource {
+	return func(from, to uint64) ([]*raftpb.Entry, error) {
+		peers := append([]uint64{a.Leader}, h.cfg.Peers...)
+		backoff := 50 * time.Millisecond
+		for {
+			for _, p := range peers {
+				if p == 0 || p == h.cfg.Core.ID || h.cfg.Fetch == nil {
+					continue
+				}
+				ents, err := h.cfg.Fetch(a.Group, p, from, to)
+				if err == nil && len(ents) > 0 && ents[0].GetIndex() == from {
+					return ents, nil
+				}
+				h.log.Warn("copying snapshot entries failed; trying another replica", "group", a.Group, "peer", p, "from", from, "err", err)
+			}
+			select {
+			case <-h.stop:
+				return nil, ErrStopped
+			case <-time.After(backoff):
+			}
+			backoff = min(2*backoff, 2*time.Second)
+		}
+	}
 }
 
 // workQueue is an unbounded FIFO between the core and the append worker.

@@ -44,6 +44,8 @@ func (s *Server) adminMux() *http.ServeMux {
 		enc.SetIndent("", "  ")
 		_ = enc.Encode(s.Status())
 	})
+	mux.HandleFunc("GET /groups", s.handleGroups)
+	mux.HandleFunc("GET /internal/raft/{group}/entries", s.handleEntries)
 	mux.HandleFunc("POST /streams/{name}/retain", s.handleRetain)
 	mux.HandleFunc("POST /streams/{name}/transfer-leader", s.handleTransferLeader)
 	failpoints.Mount(mux)
@@ -127,4 +129,27 @@ func (s *Server) Status() Status {
 		})
 	}
 	return st
+}
+
+// handleGroups shows the consumer groups this server coordinates (it does
+// while it leads the offsets stream; otherwise "coordinator" is false and
+// the list is empty): members, generations, committed offsets and lag
+// (high watermark − committed offset, from this server's replica).
+func (s *Server) handleGroups(w http.ResponseWriter, _ *http.Request) {
+	if s.kafka == nil {
+		http.Error(w, "the kafka listener is not running", http.StatusServiceUnavailable)
+		return
+	}
+	hwm := func(topic string) (int64, bool) {
+		st, ok := s.stream(topic)
+		if !ok {
+			return 0, false
+		}
+		h, _, ok := s.host.HighWatermark(st.cfg.ID)
+		return h, ok
+	}
+	w.Header().Set("Content-Type", "application/json")
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	_ = enc.Encode(s.kafka.Groups().Status(s.kafka.Now(), hwm))
 }

@@ -32,6 +32,11 @@ type Config struct {
 
 	Peers   []Peer         `toml:"peers"`
 	Streams []StreamConfig `toml:"streams"`
+	// OffsetsStreamID is the Raft group id of the internal offsets stream
+	// "__consumer_offsets" (committed offsets of consumer groups; its
+	// leader is every group's coordinator). It is replicated on every peer
+	// and added to Streams by Validate. Default DefaultOffsetsStreamID.
+	OffsetsStreamID uint64 `toml:"offsets_stream_id"`
 
 	Raft    RaftConfig    `toml:"raft"`
 	Storage StorageConfig `toml:"storage"`
@@ -43,6 +48,9 @@ type Peer struct {
 	ID    uint64 `toml:"id"`
 	Raft  string `toml:"raft"`
 	Kafka string `toml:"kafka"` // advertised Kafka address
+	// Admin is the peer's admin HTTP address; servers copy a snapshot's
+	// entries from each other through it.
+	Admin string `toml:"admin"`
 	DC    string `toml:"dc"`
 }
 
@@ -78,6 +86,12 @@ type LogConfig struct {
 	Level  string `toml:"level"`  // debug, info (default), warn, error
 	Format string `toml:"format"` // text (default) or json
 }
+
+// DefaultOffsetsStreamID is the default Raft group id of the offsets stream.
+const DefaultOffsetsStreamID uint64 = 1 << 62
+
+// OffsetsStreamName is the internal stream of committed offsets.
+const OffsetsStreamName = "__consumer_offsets"
 
 // LoadConfig reads a TOML file. Unknown keys are an error, so a typo is not
 // silently ignored.
@@ -141,6 +155,14 @@ func (c *Config) Validate() error {
 	}
 	if !self {
 		errs = append(errs, fmt.Errorf("peers must include this server (node_id %d)", c.NodeID))
+	}
+	if c.OffsetsStreamID == 0 {
+		c.OffsetsStreamID = DefaultOffsetsStreamID
+	}
+	if !slices.ContainsFunc(c.Streams, func(s StreamConfig) bool { return s.Name == OffsetsStreamName }) {
+		c.Streams = append(c.Streams, StreamConfig{Name: OffsetsStreamName, ID: c.OffsetsStreamID})
+	} else if i := slices.IndexFunc(c.Streams, func(s StreamConfig) bool { return s.Name == OffsetsStreamName }); c.Streams[i].ID != c.OffsetsStreamID || len(c.Streams[i].Replicas) != len(c.Peers) {
+		errs = append(errs, fmt.Errorf("stream name %q is reserved for the offsets stream (set offsets_stream_id instead)", OffsetsStreamName))
 	}
 	names, gids := map[string]bool{}, map[uint64]bool{}
 	for i := range c.Streams {

@@ -77,7 +77,9 @@ func New(cfg Config, logger *slog.Logger) (*Server, error) {
 		},
 		TickInterval: time.Duration(cfg.Raft.TickMillis) * time.Millisecond,
 		Sender:       s.transport,
-		Logger:       logger.With("component", "raft"),
+		Fetch:        s.fetchEntries,
+		Peers:        peerIDs(cfg.Peers),
+		Logger:       logger,
 	})
 	for _, sc := range cfg.Streams {
 		if !containsID(sc.Replicas, cfg.NodeID) {
@@ -172,6 +174,14 @@ func (s *Server) Close() error {
 	s.streams = map[string]*stream{}
 	s.mu.Unlock()
 	return errors.Join(errs...)
+}
+
+func peerIDs(peers []Peer) []uint64 {
+	ids := make([]uint64, len(peers))
+	for i, p := range peers {
+		ids[i] = p.ID
+	}
+	return ids
 }
 
 func containsID(ids []uint64, id uint64) bool {

@@ -98,10 +98,8 @@ func (l *Log) fail(err error) error {
 }
 
 // Bootstrap starts a new, empty log of a group's founding member: the log
-// begins with a snapshot at index 1 (term 1) that holds the initial
-// membership, so a server that later joins with an empty log learns the
-// membership from that snapshot instead of replaying only the changes
-// since. Durable on return.
+// begins after index 1 (term 1), at which the initial membership is in
+// force, as if a snapshot had been installed. Durable on return.
 func (l *Log) Bootstrap(cs *pb.ConfState) error {
 	l.wmu.Lock()
 	act := l.active()
@@ -110,10 +108,7 @@ func (l *Log) Bootstrap(cs *pb.ConfState) error {
 	if !isNew {
 		return fmt.Errorf("storage: Bootstrap of a log that is not new (%s)", l.dir)
 	}
-	return l.InstallSnapshot(&pb.Snapshot{
-		Metadata: &pb.SnapshotMetadata{Index: new(uint64(1)), Term: new(uint64(1)), ConfState: pb.EnsureConfState(cs)},
-		Data:     encodeSnapshotData(0),
-	})
+	return l.reset(snapDesc{first: 2, prevTerm: 1, confs: []confEntry{{index: 1, cs: cs}}}, 1)
 }
 
 // ApplyConfState records the ConfState in force from index on, durably.

@@ -48,17 +48,6 @@ func (l *Log) LastIndex() (uint64, error) {
 
 // Snapshot implements raft.Storage: the metadata of the log's start (the
 // retention point). Data is empty; segment shipping fills it later.
-func (l *Log) Snapshot() (*pb.Snapshot, error) {
-	l.mu.RLock()
-	defer l.mu.RUnlock()
-	if l.closed {
-		return nil, ErrClosed
-	}
-	idx := l.segs[0].hdr.first - 1
-	return &pb.Snapshot{Metadata: &pb.SnapshotMetadata{
-		Index: new(idx), Term: new(l.segs[0].hdr.prevTerm), ConfState: confAt(l.confs, idx),
-	}, Data: encodeSnapshotData(l.segs[0].hdr.firstOffset)}, nil
-}
 
 // Term implements raft.Storage.
 func (l *Log) Term(i uint64) (uint64, error) {
@@ -241,7 +230,15 @@ func (l *Log) StartOffset() int64 {
 	if l.closed {
 		return 0
 	}
-	return l.segs[0].hdr.firstOffset
+	return l.startLocked()
+}
+
+// startLocked is the first readable offset: the first stored record, or the
+// replicated retention point if that is further (retention deletes only
+// whole segments, and segment boundaries differ between replicas, so the
+// point itself is what every replica agrees on).
+func (l *Log) startLocked() int64 {
+	return max(l.segs[0].hdr.firstOffset, l.meta.logStart)
 }
 
 // EndOffset is the next offset to be assigned.
@@ -316,7 +313,7 @@ func (l *Log) Read(offset, hwm int64, maxBytes int) ([]Batch, error) {
 	if l.closed {
 		return nil, ErrClosed
 	}
-	start, end := l.segs[0].hdr.firstOffset, l.active().endOffset
+	start, end := l.startLocked(), l.active().endOffset
 	hwm = min(hwm, end)
 	if offset < start || offset > hwm {
 		return nil, fmt.Errorf("%w: offset %d, readable [%d, %d]", ErrOutOfRange, offset, start, hwm)
@@ -457,6 +454,11 @@ func (l *Log) OffsetForTime(ts int64) (int64, error) {
 	if l.closed {
 		return 0, ErrClosed
 	}
+	off, err := l.offsetForTimeLocked(ts)
+	return max(off, l.startLocked()), err
+}
+
+func (l *Log) offsetForTimeLocked(ts int64) (int64, error) {
 	si := sort.Search(len(l.segs), func(k int) bool { return l.segs[k].maxTs >= ts })
 	if si == len(l.segs) {
 		return l.active().endOffset, nil

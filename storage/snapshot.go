@@ -9,61 +9,203 @@ import (
 	"google.golang.org/protobuf/proto"
 )
 
-// A VDL Raft snapshot is the log's retention point: the index and term of
-// the last entry before the log start, the membership there, and (in Data)
-// the Kafka offset the log starts at. A follower that installs it has an
-// empty log starting at the same place as the leader's; the entries the
-// leader still holds then reach it by ordinary, pipelined replication. The
-// "set of closed segments" is thus shipped entry by entry rather than file
-// by file (see docs/storage.md).
+// A VDL Raft snapshot stands for the log itself: its metadata is the
+// leader's last durably applied entry (so the membership it carries is
+// current and includes any server just added), and its Data describes
+// where the leader's log starts: first index, the term before it, the
+// Kafka start offset and the membership history since. A follower
+// installing it rebuilds the same log: it starts an empty log at that
+// first index and copies the entries up to the snapshot index from the
+// leader (the "segment shipping" of the design, entry by entry, sequential
+// reads on the leader); normal replication continues after it.
 
-const snapshotDataVersion = 1
+const snapshotDataVersion = 2
 
-func encodeSnapshotData(startOffset int64) []byte {
-	b := make([]byte, 9)
-	b[0] = snapshotDataVersion
-	binary.BigEndian.PutUint64(b[1:], uint64(startOffset))
-	return b
+// snapDesc is what a snapshot's Data holds.
+type snapDesc struct {
+	first    uint64 // the leader's first index
+	prevTerm uint64 // term of first-1
+	start    int64  // Kafka offset of the first record at first
+	logStart int64  // the replicated retention point
+	confs    []confEntry
 }
 
-func decodeSnapshotData(b []byte) (int64, error) {
-	if len(b) != 9 || b[0] != snapshotDataVersion {
-		return 0, fmt.Errorf("%w: snapshot data of %d bytes", ErrBadEntry, len(b))
+func (d *snapDesc) encode() ([]byte, error) {
+	b := make([]byte, 0, 64)
+	b = append(b, snapshotDataVersion)
+	b = binary.BigEndian.AppendUint64(b, d.first)
+	b = binary.BigEndian.AppendUint64(b, d.prevTerm)
+	b = binary.BigEndian.AppendUint64(b, uint64(d.start))
+	b = binary.BigEndian.AppendUint64(b, uint64(d.logStart))
+	b = binary.BigEndian.AppendUint32(b, uint32(len(d.confs)))
+	for _, c := range d.confs {
+		data, err := proto.MarshalOptions{Deterministic: true}.Marshal(c.cs)
+		if err != nil {
+			return nil, err
+		}
+		b = binary.BigEndian.AppendUint64(b, c.index)
+		b = binary.BigEndian.AppendUint32(b, uint32(len(data)))
+		b = append(b, data...)
 	}
-	return int64(binary.BigEndian.Uint64(b[1:])), nil
+	return b, nil
 }
 
-// InstallSnapshot replaces the whole log with an empty one that starts
-// right after the snapshot. It is durable on return. The retention point
-// and the hard state go to the meta file first: a crash part way leaves
-// segments with none at the retention point, which Open recognises and
-// finishes (see recover).
-func (l *Log) InstallSnapshot(snap *pb.Snapshot) error {
+func decodeSnapDesc(b []byte) (snapDesc, error) {
+	var d snapDesc
+	bad := func(why string) (snapDesc, error) {
+		return snapDesc{}, fmt.Errorf("%w: snapshot data: %s", ErrBadEntry, why)
+	}
+	if len(b) < 37 || b[0] != snapshotDataVersion {
+		return bad("bad header")
+	}
+	d.first = binary.BigEndian.Uint64(b[1:])
+	d.prevTerm = binary.BigEndian.Uint64(b[9:])
+	d.start = int64(binary.BigEndian.Uint64(b[17:]))
+	d.logStart = int64(binary.BigEndian.Uint64(b[25:]))
+	n := binary.BigEndian.Uint32(b[33:])
+	p := b[37:]
+	for i := uint32(0); i < n; i++ {
+		if len(p) < 12 {
+			return bad("truncated")
+		}
+		idx, l := binary.BigEndian.Uint64(p), binary.BigEndian.Uint32(p[8:])
+		p = p[12:]
+		if uint64(l) > uint64(len(p)) {
+			return bad("truncated")
+		}
+		cs := &pb.ConfState{}
+		if err := proto.Unmarshal(p[:l], cs); err != nil {
+			return bad(err.Error())
+		}
+		p = p[l:]
+		if len(d.confs) > 0 && idx <= d.confs[len(d.confs)-1].index {
+			return bad("membership history out of order")
+		}
+		d.confs = append(d.confs, confEntry{index: idx, cs: cs})
+	}
+	if d.first == 0 || d.start < 0 {
+		return bad("bad first index or start offset")
+	}
+	return d, nil
+}
+
+// Snapshot implements raft.Storage: the snapshot is taken at the last
+// durably applied entry (never before the log start).
+func (l *Log) Snapshot() (*pb.Snapshot, error) {
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	if l.closed {
+		return nil, ErrClosed
+	}
+	first := l.segs[0].hdr.first
+	idx := max(l.durableApplied.Load(), first-1)
+	idx = min(idx, l.active().last)
+	term, err := l.termLocked(idx)
+	if err != nil {
+		return nil, err
+	}
+	d := snapDesc{first: first, prevTerm: l.segs[0].hdr.prevTerm, start: l.segs[0].hdr.firstOffset, logStart: l.meta.logStart}
+	for i, c := range l.confs { // the membership in force at first-1, and every change since
+		if c.index >= first || i == len(l.confs)-1 || l.confs[i+1].index > first-1 {
+			d.confs = append(d.confs, c)
+		}
+	}
+	data, err := d.encode()
+	if err != nil {
+		return nil, err
+	}
+	return &pb.Snapshot{Metadata: &pb.SnapshotMetadata{
+		Index: new(idx), Term: new(term), ConfState: confAt(l.confs, idx),
+	}, Data: data}, nil
+}
+
+// EntrySource returns the entries [from, to] of a snapshot's log, in
+// order, as many as it likes per call (at least one). Drivers implement it
+// by reading the leader's log (over the network in production).
+type EntrySource func(from, to uint64) ([]*pb.Entry, error)
+
+// InstallSnapshot replaces the whole log with the one the snapshot stands
+// for: an empty log at the snapshot's first index, filled with the entries
+// up to the snapshot index from src, then synced. It is durable on return.
+// A crash part way leaves either the old log or a prefix of the new one;
+// both are valid Raft logs that replication continues from.
+func (l *Log) InstallSnapshot(snap *pb.Snapshot, src EntrySource) error {
 	md := snap.GetMetadata()
-	if md.GetIndex() == 0 {
+	idx := md.GetIndex()
+	if idx == 0 {
 		return errors.New("storage: empty snapshot")
 	}
-	start, err := decodeSnapshotData(snap.GetData())
+	d, err := decodeSnapDesc(snap.GetData())
 	if err != nil {
 		return err
 	}
+	if d.first > idx+1 {
+		return fmt.Errorf("%w: snapshot at %d but its log starts at %d", ErrBadEntry, idx, d.first)
+	}
+	if err := l.reset(d, md.GetTerm()); err != nil {
+		return err
+	}
+	for next := d.first; next <= idx; {
+		if src == nil {
+			return fmt.Errorf("storage: snapshot at %d needs entries from %d but has no source", idx, next)
+		}
+		ents, err := src(next, idx)
+		if err != nil {
+			return fmt.Errorf("storage: fetching snapshot entries from %d: %w", next, err)
+		}
+		if len(ents) == 0 || ents[0].GetIndex() != next {
+			return fmt.Errorf("storage: snapshot source answered %d entries not starting at %d", len(ents), next)
+		}
+		if last := ents[len(ents)-1].GetIndex(); last > idx {
+			ents = ents[:idx-next+1]
+		}
+		if err := l.Write(ents, nil); err != nil {
+			return err
+		}
+		next = ents[len(ents)-1].GetIndex() + 1
+	}
+	if t, err := l.Term(idx); err != nil || t != md.GetTerm() {
+		return fmt.Errorf("%w: snapshot entry %d has term %d (err %v), want %d", ErrCorrupt, idx, t, err, md.GetTerm())
+	}
+	// Commit and applied move to the snapshot index only now that the
+	// entries are here: a crash before leaves a shorter, still valid log.
+	l.SetApplied(idx)
+	hs := &pb.HardState{Term: new(max(l.st.term, md.GetTerm())), Vote: new(l.st.vote), Commit: new(max(l.st.commit, idx))}
+	if err := l.Write(nil, hs); err != nil {
+		return err
+	}
+	if _, err := l.Sync(); err != nil {
+		return err
+	}
+	return nil
+}
+
+// reset replaces the log with an empty one starting at d.first. The new
+// start and the hard state go to the meta file first; a crash part way
+// leaves segments with none at the retention point, which Open recognises
+// and finishes (see recover).
+func (l *Log) reset(d snapDesc, snapTerm uint64) error {
 	l.wmu.Lock()
 	defer l.wmu.Unlock()
 	if err := l.checkWriter(); err != nil {
 		return err
 	}
-	idx := md.GetIndex()
 	st := l.st
-	st.term = max(st.term, md.GetTerm()) // a no-op for followers; sets term 1 at Bootstrap
-	st.commit, st.applied, st.maxTs = max(st.commit, idx), max(st.applied, idx), -1
+	st.term = max(st.term, snapTerm, d.prevTerm)
+	st.commit = max(st.commit, d.first-1)
+	st.applied, st.maxTs = d.first-1, -1
 	m := l.meta
-	m.retFirst, m.retPrevTerm, m.retStart = idx+1, md.GetTerm(), start
-	m.confs = []confEntry{{index: idx, cs: proto.Clone(pb.EnsureConfState(md.GetConfState())).(*pb.ConfState)}}
+	m.retFirst, m.retPrevTerm, m.retStart, m.logStart = d.first, d.prevTerm, d.start, d.logStart
+	m.confs = nil
+	for _, c := range d.confs {
+		m.confs = append(m.confs, confEntry{index: c.index, cs: proto.Clone(pb.EnsureConfState(c.cs)).(*pb.ConfState)})
+	}
 	m.st = st
 	if err := saveMeta(l.fs, l.dir, &m); err != nil {
 		return l.fail(err)
 	}
 	l.mu.Lock()
+	defer l.mu.Unlock()
 	old := l.segs
 	l.segs = nil
 	l.ridx, l.lidx = nil, nil
@@ -73,12 +215,8 @@ func (l *Log) InstallSnapshot(snap *pb.Snapshot) error {
 		s.closeFiles()
 		dropSegFiles(l.fs, s.base)
 	}
-	err = l.createFirst()
-	l.mu.Unlock()
-	if err != nil {
+	if err := l.createFirst(); err != nil {
 		return l.fail(err)
 	}
-	l.pendingApplied.Store(idx)
-	l.durableApplied.Store(idx)
 	return nil
 }

@@ -124,7 +124,7 @@ func devConfig(n devNode, nodes []devNode, dir, profile string) string {
 	fmt.Fprintf(&sb, "node_id = %d\ncluster_id = \"vdl-dev\"\ndata_dir = %q\nprofile = %q\n", n.id, filepath.Join(dir, fmt.Sprintf("node%d", n.id)), profile)
 	fmt.Fprintf(&sb, "kafka_listen = %q\nraft_listen = %q\nadmin_listen = %q\n\n", n.kafka, n.raft, n.admin)
 	for _, p := range nodes {
-		fmt.Fprintf(&sb, "[[peers]]\nid = %d\nraft = %q\nkafka = %q\n\n", p.id, p.raft, p.kafka)
+		fmt.Fprintf(&sb, "[[peers]]\nid = %d\nraft = %q\nkafka = %q\nadmin = %q\n\n", p.id, p.raft, p.kafka, p.admin)
 	}
 	sb.WriteString("[[streams]]\nname = \"demo\"\nid = 1\n")
 	return sb.String()

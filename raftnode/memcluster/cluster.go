@@ -218,7 +218,7 @@ func (n *Node) flush() error {
 		case raftnode.Append:
 			m := e.Msg
 			if m.GetSnapshot().GetMetadata().GetIndex() != 0 {
-				if err := n.Logs[e.Group].InstallSnapshot(m.GetSnapshot()); err != nil {
+				if err := n.Logs[e.Group].InstallSnapshot(m.GetSnapshot(), n.c.entrySource(e.Group, e.Leader)); err != nil {
 					return fmt.Errorf("node %d group %d install snapshot: %w", n.ID, e.Group, err)
 				}
 			}
@@ -257,6 +257,26 @@ func (n *Node) flush() error {
 		n.route()
 	}
 	return nil
+}
+
+// entrySource reads snapshot entries straight from the leader's log (the
+// simulator models this copy as instantaneous).
+func (c *Cluster) entrySource(group, leader uint64) storage.EntrySource {
+	return func(from, to uint64) ([]*raftpb.Entry, error) {
+		n := c.Node(leader)
+		if n == nil || n.Down {
+			return nil, fmt.Errorf("leader n%d is down", leader)
+		}
+		ents, err := n.Logs[group].Entries(from, to+1, 1<<20)
+		if err != nil {
+			return nil, err
+		}
+		out := make([]*raftpb.Entry, len(ents))
+		for i, e := range ents {
+			out[i] = proto.Clone(e).(*raftpb.Entry)
+		}
+		return out, nil
+	}
 }
 
 // Step runs one round: disks finish work, the network delivers, clocks tick.

@@ -1,0 +1,185 @@
+package group
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash/crc32"
+
+	"github.com/twmb/franz-go/pkg/kmsg"
+)
+
+// The offsets log. Committed offsets are stored as ordinary Kafka records
+// (RecordBatch v2, uncompressed) in an internal stream replicated by Raft:
+// one record per committed partition, key = (group, topic, partition),
+// value = (offset, leader epoch, metadata, commit time), a null value
+// deleting the key (reserved; not written today). The latest record of a key
+// wins; replaying the stream from its start rebuilds the table.
+//
+//	key   = int8 version (1) | string group | string topic | int32 partition
+//	value = int8 version (1) | int64 offset | int32 leader epoch |
+//	        string metadata | int64 commit time (ms)
+//
+// string = uint16 length | bytes (metadata: uint32 length | bytes).
+
+const recordVersion = 1
+
+// Commit is one offset to write.
+type Commit struct {
+	Key    OffsetKey
+	Offset Offset
+}
+
+// EncodeCommits returns one RecordBatch v2 carrying commits (base offset 0;
+// the log stamps it), timestamped ts (ms).
+func EncodeCommits(commits []Commit, ts int64) []byte {
+	var recs []byte
+	for i, c := range commits {
+		r := kmsg.Record{OffsetDelta: int32(i), Key: encodeKey(c.Key), Value: encodeValue(c.Offset)}
+		r.Length = int32(recordBodyLen(r))
+		recs = r.AppendTo(recs)
+	}
+	b := kmsg.RecordBatch{
+		PartitionLeaderEpoch: -1, Magic: 2,
+		LastOffsetDelta: int32(len(commits) - 1), FirstTimestamp: ts, MaxTimestamp: ts,
+		ProducerID: -1, ProducerEpoch: -1, FirstSequence: -1, NumRecords: int32(len(commits)), Records: recs,
+	}
+	out := b.AppendTo(nil)
+	binary.BigEndian.PutUint32(out[8:], uint32(len(out)-12))
+	binary.BigEndian.PutUint32(out[17:], crc32.Checksum(out[21:], crc32.MakeTable(crc32.Castagnoli)))
+	return out
+}
+
+func varintLen(v int64) int {
+	var b [binary.MaxVarintLen64]byte
+	return binary.PutVarint(b[:], v)
+}
+
+// recordBodyLen is the encoded size of r after its length varint.
+func recordBodyLen(r kmsg.Record) int {
+	r.Length = 0
+	full := r.AppendTo(nil)
+	return len(full) - varintLen(0)
+}
+
+func appendStr(b []byte, s string) []byte {
+	b = binary.BigEndian.AppendUint16(b, uint16(len(s)))
+	return append(b, s...)
+}
+
+func encodeKey(k OffsetKey) []byte {
+	b := []byte{recordVersion}
+	b = appendStr(b, k.Group)
+	b = appendStr(b, k.Topic)
+	return binary.BigEndian.AppendUint32(b, uint32(k.Partition))
+}
+
+func encodeValue(o Offset) []byte {
+	b := []byte{recordVersion}
+	b = binary.BigEndian.AppendUint64(b, uint64(o.Offset))
+	b = binary.BigEndian.AppendUint32(b, uint32(o.LeaderEpoch))
+	b = binary.BigEndian.AppendUint32(b, uint32(len(o.Metadata)))
+	b = append(b, o.Metadata...)
+	return binary.BigEndian.AppendUint64(b, uint64(o.CommitTime))
+}
+
+var errBadRecord = errors.New("group: malformed offsets record")
+
+type reader struct {
+	b   []byte
+	bad bool
+}
+
+func (r *reader) n(k int) []byte {
+	if r.bad || len(r.b) < k {
+		r.bad = true
+		return make([]byte, k)
+	}
+	v := r.b[:k]
+	r.b = r.b[k:]
+	return v
+}
+func (r *reader) u16() int     { return int(binary.BigEndian.Uint16(r.n(2))) }
+func (r *reader) u32() uint32  { return binary.BigEndian.Uint32(r.n(4)) }
+func (r *reader) u64() uint64  { return binary.BigEndian.Uint64(r.n(8)) }
+func (r *reader) str() string  { return string(r.n(r.u16())) }
+func (r *reader) lstr() string { return string(r.n(int(r.u32()))) }
+
+func decodeKey(b []byte) (OffsetKey, error) {
+	r := &reader{b: b}
+	if v := r.n(1)[0]; v != recordVersion {
+		return OffsetKey{}, fmt.Errorf("%w: key version %d", errBadRecord, v)
+	}
+	k := OffsetKey{Group: r.str(), Topic: r.str(), Partition: int32(r.u32())}
+	if r.bad {
+		return OffsetKey{}, errBadRecord
+	}
+	return k, nil
+}
+
+func decodeValue(b []byte) (Offset, error) {
+	r := &reader{b: b}
+	if v := r.n(1)[0]; v != recordVersion {
+		return Offset{}, fmt.Errorf("%w: value version %d", errBadRecord, v)
+	}
+	o := Offset{Offset: int64(r.u64()), LeaderEpoch: int32(r.u32()), Metadata: r.lstr(), CommitTime: int64(r.u64())}
+	if r.bad {
+		return Offset{}, errBadRecord
+	}
+	return o, nil
+}
+
+// DecodeBatches calls fn for every record of the stored v2 batches in data
+// (uncompressed, as EncodeCommits writes them), with its log offset; a nil
+// offset is a deletion. Records that do not decode are skipped and counted.
+func DecodeBatches(data []byte, fn func(logOffset int64, k OffsetKey, o *Offset)) (bad int, err error) {
+	for len(data) > 0 {
+		if len(data) < 12 {
+			return bad, fmt.Errorf("%w: %d trailing bytes", errBadRecord, len(data))
+		}
+		n := int(int32(binary.BigEndian.Uint32(data[8:]))) + 12
+		if n < 61 || n > len(data) {
+			return bad, fmt.Errorf("%w: batch length %d", errBadRecord, n)
+		}
+		var rb kmsg.RecordBatch
+		if err := rb.ReadFrom(data[:n]); err != nil {
+			return bad, fmt.Errorf("%w: %v", errBadRecord, err)
+		}
+		data = data[n:]
+		if rb.Attributes&0x07 != 0 || rb.Attributes&0x20 != 0 {
+			bad += int(rb.NumRecords) // not ours: compressed or control
+			continue
+		}
+		recs := rb.Records
+		for i := int32(0); i < rb.NumRecords; i++ {
+			l, m := binary.Varint(recs)
+			if m <= 0 || l < 0 || int(l) > len(recs)-m {
+				bad++
+				break
+			}
+			var r kmsg.Record
+			if err := r.ReadFrom(recs[:m+int(l)]); err != nil {
+				bad++
+				break
+			}
+			recs = recs[m+int(l):]
+			k, err := decodeKey(r.Key)
+			if err != nil {
+				bad++
+				continue
+			}
+			off := rb.FirstOffset + int64(r.OffsetDelta)
+			if r.Value == nil {
+				fn(off, k, nil)
+				continue
+			}
+			o, err := decodeValue(r.Value)
+			if err != nil {
+				bad++
+				continue
+			}
+			fn(off, k, &o)
+		}
+	}
+	return bad, nil
+}

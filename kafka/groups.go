@@ -1,0 +1,200 @@
+package kafka
+
+import (
+	"errors"
+	"sync"
+
+	"github.com/vdl-project/vdl/kafka/group"
+)
+
+// DefaultOffsetsTopic is the internal stream holding committed offsets.
+const DefaultOffsetsTopic = "__consumer_offsets"
+
+// Groups is a server's group coordinator, shared by all its connections'
+// sessions. It wraps the deterministic group.Coordinator with a mutex and
+// ties it to the offsets stream:
+//
+//   - this server coordinates every group exactly while it leads the offsets
+//     stream (Backend.Log(OffsetsTopic) succeeds); otherwise requests get
+//     NOT_COORDINATOR and FindCoordinator names the stream's leader;
+//   - committed offsets are records of that stream, written through
+//     Backend.Produce (Raft) before OffsetCommit is answered;
+//   - the in-memory offset table is the replay of that stream: on every
+//     access the coordinator applies whatever the stream holds beyond what
+//     it has applied (all of it after a start or a leadership change);
+//   - membership lives in memory; losing leadership drops it (parked
+//     requests get NOT_COORDINATOR) and members rejoin at the new
+//     coordinator, as in Kafka.
+//
+// Time comes in as the callers' now (ns); the driver also calls Tick
+// periodically so that session timeouts fire when nobody calls.
+type Groups struct {
+	be    Backend
+	topic string
+	wall  func(now int64) int64 // now → Unix ms, for commit timestamps
+
+	mu      sync.Mutex
+	c       *group.Coordinator
+	applied int64 // next offsets-log offset to apply
+	leading bool
+	bad     int // undecodable records seen in the offsets log
+}
+
+// GroupsConfig configures a Groups. Zero fields take defaults.
+type GroupsConfig struct {
+	OffsetsTopic string // default DefaultOffsetsTopic
+	Group        group.Config
+	// Wall maps the driver's now to Unix milliseconds (commit timestamps);
+	// default now/1e6.
+	Wall func(now int64) int64
+}
+
+// NewGroups returns a coordinator over be.
+func NewGroups(cfg GroupsConfig, be Backend) *Groups {
+	if cfg.OffsetsTopic == "" {
+		cfg.OffsetsTopic = DefaultOffsetsTopic
+	}
+	if cfg.Wall == nil {
+		cfg.Wall = func(now int64) int64 { return now / 1e6 }
+	}
+	return &Groups{be: be, topic: cfg.OffsetsTopic, wall: cfg.Wall, c: group.New(cfg.Group)}
+}
+
+// OffsetsTopic returns the internal stream's name.
+func (g *Groups) OffsetsTopic() string { return g.topic }
+
+// access checks that this server coordinates, catches up with the offsets
+// log and applies the passage of time. g.mu is held.
+func (g *Groups) access(now int64) int16 {
+	view, err := g.be.Log(g.topic)
+	if err != nil {
+		if g.leading {
+			g.c.Unload()
+			g.leading = false
+		}
+		switch {
+		case errors.Is(err, ErrUnknownStream):
+			return group.ErrCoordinatorNotAvailable
+		case errors.Is(err, ErrNoLeader):
+			return group.ErrCoordinatorLoadInProgress
+		}
+		return group.ErrNotCoordinator
+	}
+	g.leading = true
+	code := g.catchUp(view)
+	g.c.Advance(now)
+	return code
+}
+
+// catchUp applies the offsets log from where it stopped to the high
+// watermark.
+func (g *Groups) catchUp(view LogView) int16 {
+	hwm := view.HighWatermark()
+	if start := view.StartOffset(); g.applied < start {
+		g.applied = start // below the log start nothing is left to apply
+	}
+	for g.applied < hwm {
+		bs, err := view.Read(g.applied, hwm, 1<<20)
+		if err != nil || len(bs) == 0 {
+			return group.ErrCoordinatorLoadInProgress
+		}
+		for _, b := range bs {
+			bad, _ := group.DecodeBatches(b.Data, func(off int64, k group.OffsetKey, o *group.Offset) {
+				if off >= g.applied {
+					g.c.ApplyOffset(k, o, off)
+				}
+			})
+			g.bad += bad
+			g.applied = max(g.applied, b.NextOffset)
+		}
+	}
+	return group.ErrNone
+}
+
+// Tick applies the passage of time (session and rebalance timeouts) and
+// notices a lost leadership; the driver calls it periodically.
+func (g *Groups) Tick(now int64) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.access(now)
+}
+
+// nextDeadline is the coordinator's next timeout (0: none).
+func (g *Groups) nextDeadline() int64 {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.c.NextDeadline()
+}
+
+// GroupStatus is one group as the admin interface shows it.
+type GroupStatus struct {
+	group.Summary
+	Offsets []OffsetStatus `json:"offsets"`
+}
+
+// OffsetStatus is one committed offset with the lag behind the stream's
+// high watermark (-1 when this server cannot read the stream).
+type OffsetStatus struct {
+	Topic       string `json:"topic"`
+	Partition   int32  `json:"partition"`
+	Offset      int64  `json:"offset"`
+	Metadata    string `json:"metadata"`
+	LeaderEpoch int32  `json:"leader_epoch"`
+	CommitTime  int64  `json:"commit_time_ms"`
+	HighWater   int64  `json:"high_watermark"`
+	Lag         int64  `json:"lag"`
+}
+
+// CoordinatorStatus is what the admin interface shows.
+type CoordinatorStatus struct {
+	Coordinator   bool          `json:"coordinator"` // this server coordinates (leads the offsets stream)
+	Error         int16         `json:"error,omitempty"`
+	OffsetsTopic  string        `json:"offsets_topic"`
+	AppliedOffset int64         `json:"applied_offset"`
+	BadRecords    int           `json:"bad_records,omitempty"`
+	Groups        []GroupStatus `json:"groups"`
+}
+
+// Status describes every group with its members, generation, committed
+// offsets and lag. hwm gives a stream's high watermark (nil: read it from
+// the Backend, which works only for streams this server leads).
+func (g *Groups) Status(now int64, hwm func(topic string) (int64, bool)) CoordinatorStatus {
+	if hwm == nil {
+		hwm = func(topic string) (int64, bool) {
+			view, err := g.be.Log(topic)
+			if err != nil {
+				return 0, false
+			}
+			return view.HighWatermark(), true
+		}
+	}
+	g.mu.Lock()
+	code := g.access(now)
+	st := CoordinatorStatus{Coordinator: g.leading, Error: code, OffsetsTopic: g.topic, AppliedOffset: g.applied, BadRecords: g.bad, Groups: []GroupStatus{}}
+	type item struct {
+		gs   GroupStatus
+		offs []group.OffsetEntry
+	}
+	var items []item
+	if g.leading {
+		for _, l := range g.c.List() {
+			items = append(items, item{GroupStatus{Summary: g.c.Describe(l.Group)}, g.c.Offsets(l.Group)})
+		}
+	}
+	g.mu.Unlock()
+	// Lag is read outside the lock (the backend may take its own locks).
+	for _, it := range items {
+		it.gs.Offsets = []OffsetStatus{}
+		for _, o := range it.offs {
+			os := OffsetStatus{Topic: o.Topic, Partition: o.Partition, Offset: o.Offset.Offset, Metadata: o.Metadata,
+				LeaderEpoch: o.LeaderEpoch, CommitTime: o.CommitTime, HighWater: -1, Lag: -1}
+			if h, ok := hwm(o.Topic); ok {
+				os.HighWater = h
+				os.Lag = max(h-o.Offset.Offset, 0)
+			}
+			it.gs.Offsets = append(it.gs.Offsets, os)
+		}
+		st.Groups = append(st.Groups, it.gs)
+	}
+	return st
+}

@@ -1,0 +1,627 @@
+// Package clustertest runs whole VDL replica sets inside one test process:
+// every server has its own storage logs on real files, its own
+// raftnode.Host and a real TCP transport on 127.0.0.1, wired like
+// server.New. Servers can be killed, restarted, partitioned and added;
+// helpers propose with leader discovery and retry, and check that replicas
+// converge to byte-identical committed logs.
+package clustertest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"go.etcd.io/raft/v3/raftpb"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/vdl-project/vdl/raftnode"
+	"github.com/vdl-project/vdl/raftnode/transport"
+	"github.com/vdl-project/vdl/storage"
+	"github.com/vdl-project/vdl/vfs"
+)
+
+// Options describe a cluster.
+type Options struct {
+	Nodes  []uint64 // initial voters of every group, started by New
+	Groups []uint64
+	// SegmentSize of every log (default 1 MiB).
+	SegmentSize  int64
+	TickInterval time.Duration // default 20ms
+	Core         raftnode.Config
+	// Logger for hosts and transports; default: discard, or stderr at debug
+	// level when VDL_CLUSTERTEST_LOG is set.
+	Logger *slog.Logger
+}
+
+// Cluster is a set of in-process servers.
+type Cluster struct {
+	tb   testing.TB
+	opts Options
+	dir  string
+
+	// Locks: mu guards nodes; cutMu, addrMu are leaves. mu is never held
+	// while a Node's lock is taken.
+	mu     sync.Mutex
+	nodes  map[uint64]*Node
+	cutMu  sync.RWMutex
+	cut    map[[2]uint64]bool // one-way links that drop every message
+	addrMu sync.Mutex         // guards every Node.addr
+}
+
+// Node is one server.
+type Node struct {
+	ID  uint64
+	c   *Cluster
+	dir string
+
+	addr string // guarded by Cluster.addrMu
+
+	mu      sync.Mutex
+	host    *raftnode.Host
+	tr      *transport.Transport
+	logs    map[uint64]*storage.Log
+	running bool
+}
+
+// New starts a cluster whose groups are bootstrapped with opts.Nodes as
+// voters. Everything is stopped at test cleanup.
+func New(tb testing.TB, opts Options) *Cluster {
+	tb.Helper()
+	if opts.SegmentSize == 0 {
+		opts.SegmentSize = 1 << 20
+	}
+	if opts.TickInterval == 0 {
+		opts.TickInterval = 20 * time.Millisecond
+	}
+	if opts.Logger == nil {
+		if os.Getenv("VDL_CLUSTERTEST_LOG") != "" {
+			opts.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
+		} else {
+			opts.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+		}
+	}
+	c := &Cluster{tb: tb, opts: opts, dir: tb.TempDir(), nodes: map[uint64]*Node{}, cut: map[[2]uint64]bool{}}
+	tb.Cleanup(c.Close)
+	for _, id := range opts.Nodes {
+		n := c.AddNode(id)
+		for _, g := range opts.Groups {
+			if err := n.Bootstrap(g, opts.Nodes); err != nil {
+				tb.Fatalf("bootstrap n%d g%d: %v", id, g, err)
+			}
+		}
+	}
+	for _, id := range opts.Nodes {
+		if err := c.Node(id).Start(); err != nil {
+			tb.Fatalf("start n%d: %v", id, err)
+		}
+	}
+	return c
+}
+
+// AddNode creates a server (not started) with an empty data directory and
+// reserves its listen address, so peers can be told about it.
+func (c *Cluster) AddNode(id uint64) *Node {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		c.tb.Fatalf("listen: %v", err)
+	}
+	addr := ln.Addr().String()
+	_ = ln.Close()
+	n := &Node{ID: id, c: c, dir: filepath.Join(c.dir, fmt.Sprintf("n%d", id)), addr: addr}
+	c.mu.Lock()
+	c.nodes[id] = n
+	c.mu.Unlock()
+	for _, o := range c.Running() {
+		o.setPeer(id, addr)
+	}
+	return n
+}
+
+// Node returns the server with id (nil if none).
+func (c *Cluster) Node(id uint64) *Node {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.nodes[id]
+}
+
+// Running returns the running servers, by id.
+func (c *Cluster) Running() []*Node {
+	var out []*Node
+	for _, n := range c.all() {
+		if n.Running() {
+			out = append(out, n)
+		}
+	}
+	return out
+}
+
+// all returns every server, by id.
+func (c *Cluster) all() []*Node {
+	c.mu.Lock()
+	out := make([]*Node, 0, len(c.nodes))
+	for _, n := range c.nodes {
+		out = append(out, n)
+	}
+	c.mu.Unlock()
+	slices.SortFunc(out, func(a, b *Node) int { return int(a.ID) - int(b.ID) })
+	return out
+}
+
+// Close kills every server.
+func (c *Cluster) Close() {
+	for _, n := range c.all() {
+		n.Kill()
+	}
+}
+
+func (n *Node) logDir(group uint64) string {
+	return filepath.Join(n.dir, "streams", fmt.Sprintf("%d", group))
+}
+
+func (n *Node) openLog(group uint64) (*storage.Log, error) {
+	return storage.Open(storage.Options{
+		FS:          vfs.OS{},
+		Dir:         n.logDir(group),
+		Stream:      group,
+		SegmentSize: n.c.opts.SegmentSize,
+		Logger:      n.c.opts.Logger.With("node", n.ID, "stream", group),
+	})
+}
+
+// Bootstrap records a group's initial voters in the node's (new) log.
+func (n *Node) Bootstrap(group uint64, voters []uint64) error {
+	l, err := n.openLog(group)
+	if err != nil {
+		return err
+	}
+	err = l.Bootstrap(&raftpb.ConfState{Voters: slices.Clone(voters)})
+	return errors.Join(err, l.Close())
+}
+
+// Running reports whether the server runs.
+func (n *Node) Running() bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.running
+}
+
+// Host returns the server's host (a stopped one after Kill).
+func (n *Node) Host() *raftnode.Host {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.host
+}
+
+// Log returns the server's log of group (nil when not running).
+func (n *Node) Log(group uint64) *storage.Log {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if !n.running {
+		return nil
+	}
+	return n.logs[group]
+}
+
+func (n *Node) setPeer(id uint64, addr string) {
+	n.mu.Lock()
+	tr := n.tr
+	n.mu.Unlock()
+	if tr != nil {
+		tr.SetPeer(id, addr)
+	}
+}
+
+// snapshotReporter is what the host needs to learn the fate of snapshot
+// sends (raft otherwise keeps a peer whose MsgSnap was dropped paused in
+// StateSnapshot). Host does not have it yet; wired when it appears.
+type snapshotReporter interface {
+	ReportSnapshot(group, peer uint64, ok bool)
+}
+
+// Start opens the server's logs (groups opts.Groups; a log never
+// bootstrapped starts empty) and starts its host and transport, like
+// server.New.
+func (n *Node) Start() error {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.running {
+		return nil
+	}
+	c := n.c
+	addr := n.address()
+	ln, err := net.Listen("tcp", addr)
+	addrChanged := false
+	if err != nil { // the port was taken meanwhile: take another, tell peers
+		if ln, err = net.Listen("tcp", "127.0.0.1:0"); err != nil {
+			return err
+		}
+		addr, addrChanged = ln.Addr().String(), true
+		c.addrMu.Lock()
+		n.addr = addr
+		c.addrMu.Unlock()
+	}
+	peers := map[uint64]string{}
+	for _, o := range c.all() {
+		if o != n {
+			peers[o.ID] = o.address()
+		}
+	}
+	var h *raftnode.Host
+	tr := transport.New(transport.Config{
+		NodeID:      n.ID,
+		ClusterID:   1,
+		Listener:    ln,
+		Peers:       peers,
+		Handler:     func(g uint64, m *raftpb.Message) { h.Step(g, m) },
+		Unreachable: func(g, p uint64) { h.ReportUnreachable(g, p) },
+		SnapshotStatus: func(g, p uint64, failed bool) {
+			if r, ok := any(h).(snapshotReporter); ok {
+				r.ReportSnapshot(g, p, !failed)
+			}
+		},
+		MinBackoff: 10 * time.Millisecond,
+		MaxBackoff: 200 * time.Millisecond,
+		Logger:     c.opts.Logger.With("node", n.ID),
+	})
+	cc := c.opts.Core
+	cc.ID = n.ID
+	h = raftnode.NewHost(raftnode.HostConfig{
+		Core:         cc,
+		TickInterval: c.opts.TickInterval,
+		Sender:       &filterSender{c: c, from: n.ID, next: tr},
+		Fetch:        c.fetch,
+		Peers:        c.opts.Nodes,
+		Logger:       c.opts.Logger.With("node", n.ID),
+	})
+	logs := map[uint64]*storage.Log{}
+	fail := func(err error) error {
+		_ = tr.Close()
+		h.Stop()
+		for _, l := range logs {
+			_ = l.Close()
+		}
+		return err
+	}
+	for _, g := range c.opts.Groups {
+		l, err := n.openLog(g)
+		if err != nil {
+			return fail(fmt.Errorf("n%d g%d: %w", n.ID, g, err))
+		}
+		logs[g] = l
+		if err := h.AddGroup(g, l); err != nil {
+			return fail(fmt.Errorf("n%d g%d: %w", n.ID, g, err))
+		}
+	}
+	if err := tr.Start(); err != nil {
+		return fail(err)
+	}
+	n.host, n.tr, n.logs, n.running = h, tr, logs, true
+	if addrChanged {
+		go func() {
+			for _, o := range c.Running() {
+				if o != n {
+					o.setPeer(n.ID, addr)
+				}
+			}
+		}()
+	}
+	return nil
+}
+
+// fetch copies snapshot entries from a running peer's log, in process:
+// the harness's stand-in for the server's HTTP entry copy.
+func (c *Cluster) fetch(group, peer, from, to uint64) ([]*raftpb.Entry, error) {
+	for _, o := range c.Running() {
+		if o.ID != peer {
+			continue
+		}
+		o.mu.Lock()
+		l := o.logs[group]
+		o.mu.Unlock()
+		if l == nil {
+			return nil, fmt.Errorf("n%d does not host group %d", peer, group)
+		}
+		ents, err := l.Entries(from, to+1, 4<<20)
+		if err != nil {
+			return nil, err
+		}
+		out := make([]*raftpb.Entry, len(ents))
+		for i, e := range ents {
+			out[i] = proto.Clone(e).(*raftpb.Entry)
+		}
+		return out, nil
+	}
+	return nil, fmt.Errorf("n%d is not running", peer)
+}
+
+// Kill stops the server abruptly: transport and host stop without any
+// handover, logs are closed without a final sync. (Page-cache contents
+// survive, as when a process is killed.)
+func (n *Node) Kill() {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if !n.running {
+		return
+	}
+	n.running = false
+	_ = n.tr.Close()
+	n.host.Stop()
+	for _, l := range n.logs {
+		_ = l.Close()
+	}
+	n.tr = nil
+}
+
+// Restart kills the server if it runs and starts it again from its disk.
+func (n *Node) Restart() error {
+	n.Kill()
+	return n.Start()
+}
+
+// filterSender drops messages on links the cluster has cut.
+type filterSender struct {
+	c    *Cluster
+	from uint64
+	next raftnode.Sender
+}
+
+func (f *filterSender) Send(group uint64, m *raftpb.Message) {
+	if f.c.isCut(f.from, m.GetTo()) {
+		return
+	}
+	f.next.Send(group, m)
+}
+
+func (n *Node) address() string {
+	n.c.addrMu.Lock()
+	defer n.c.addrMu.Unlock()
+	return n.addr
+}
+
+func (c *Cluster) isCut(from, to uint64) bool {
+	c.cutMu.RLock()
+	defer c.cutMu.RUnlock()
+	return c.cut[[2]uint64{from, to}]
+}
+
+// CutOneWay drops every message from a to b.
+func (c *Cluster) CutOneWay(a, b uint64) {
+	c.cutMu.Lock()
+	defer c.cutMu.Unlock()
+	c.cut[[2]uint64{a, b}] = true
+}
+
+// Partition cuts both directions between a and b.
+func (c *Cluster) Partition(a, b uint64) {
+	c.CutOneWay(a, b)
+	c.CutOneWay(b, a)
+}
+
+// Isolate cuts id off from every other server (both directions).
+func (c *Cluster) Isolate(id uint64) {
+	for _, o := range c.all() {
+		if o.ID != id {
+			c.Partition(id, o.ID)
+		}
+	}
+}
+
+// Heal restores every link.
+func (c *Cluster) Heal() {
+	c.cutMu.Lock()
+	defer c.cutMu.Unlock()
+	c.cut = map[[2]uint64]bool{}
+}
+
+// Leader returns the running server that leads group by its own account
+// (the one with the highest term if several still believe so), or nil.
+func (c *Cluster) Leader(group uint64) *Node {
+	var cands []*Node
+	for _, n := range c.Running() {
+		if lead, ok := n.Host().Leader(group); ok && lead == n.ID {
+			cands = append(cands, n)
+		}
+	}
+	if len(cands) <= 1 {
+		if len(cands) == 1 {
+			return cands[0]
+		}
+		return nil
+	}
+	var best *Node
+	var bestTerm uint64
+	for _, n := range cands {
+		if s, ok := n.Host().Status(group); ok && s.Role == "StateLeader" && s.Term >= bestTerm {
+			best, bestTerm = n, s.Term
+		}
+	}
+	return best
+}
+
+// WaitLeader waits for a leader of group.
+func (c *Cluster) WaitLeader(ctx context.Context, group uint64) (*Node, error) {
+	for {
+		if l := c.Leader(group); l != nil {
+			return l, nil
+		}
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("no leader in group %d: %w", group, ctx.Err())
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+}
+
+// Acked is an acknowledged proposal.
+type Acked struct {
+	Group  uint64
+	Result raftnode.Result
+	Data   []byte // the proposed Kafka batches (without the UserData tag)
+	Node   uint64 // the leader that acknowledged it
+}
+
+// retryable: the proposal definitely did not commit (or its host is gone);
+// try again, possibly elsewhere.
+func retryable(err error) bool {
+	return errors.Is(err, raftnode.ErrNotLeader) || errors.Is(err, raftnode.ErrBackpressure) ||
+		errors.Is(err, raftnode.ErrOverwritten) || errors.Is(err, raftnode.ErrStopped) ||
+		errors.Is(err, raftnode.ErrShutdown) || errors.Is(err, raftnode.ErrUnknownGroup) ||
+		errors.Is(err, raftnode.ErrUnknownOutcome) || errors.Is(err, raftnode.ErrConfChangeRejected)
+}
+
+// AttemptTimeout bounds one proposal attempt on one leader; after it the
+// outcome is unknown and the helper tries again (so an entry may appear
+// twice in the log, as with any client retry).
+const AttemptTimeout = 3 * time.Second
+
+// Propose proposes Kafka batches in group on its current leader, retrying
+// on definite failures and on attempt timeouts until ctx ends.
+func (c *Cluster) Propose(ctx context.Context, group uint64, batches []byte) (Acked, error) {
+	data := raftnode.UserData(batches)
+	for {
+		l, err := c.WaitLeader(ctx, group)
+		if err != nil {
+			return Acked{}, err
+		}
+		actx, cancel := context.WithTimeout(ctx, AttemptTimeout)
+		r, err := l.Host().Propose(actx, group, data)
+		cancel()
+		switch {
+		case err == nil:
+			return Acked{Group: group, Result: r, Data: batches, Node: l.ID}, nil
+		case ctx.Err() != nil:
+			return Acked{}, ctx.Err()
+		case retryable(err) || errors.Is(err, context.DeadlineExceeded):
+			select {
+			case <-ctx.Done():
+				return Acked{}, ctx.Err()
+			case <-time.After(2 * time.Millisecond):
+			}
+		default:
+			return Acked{}, err
+		}
+	}
+}
+
+// ProposeCommand proposes a command payload (e.g. raftnode.RetainData).
+func (c *Cluster) ProposeCommand(ctx context.Context, group uint64, data []byte) (raftnode.Result, error) {
+	for {
+		l, err := c.WaitLeader(ctx, group)
+		if err != nil {
+			return raftnode.Result{}, err
+		}
+		actx, cancel := context.WithTimeout(ctx, AttemptTimeout)
+		r, err := l.Host().Propose(actx, group, data)
+		cancel()
+		switch {
+		case err == nil:
+			return r, nil
+		case ctx.Err() != nil:
+			return raftnode.Result{}, ctx.Err()
+		case retryable(err) || errors.Is(err, context.DeadlineExceeded):
+			time.Sleep(5 * time.Millisecond)
+		default:
+			return raftnode.Result{}, err
+		}
+	}
+}
+
+// ProposeConfChange proposes a membership change on the leader, retrying
+// on definite failures, and waits until it applied there.
+func (c *Cluster) ProposeConfChange(ctx context.Context, group uint64, cc *raftpb.ConfChangeV2) error {
+	for {
+		l, err := c.WaitLeader(ctx, group)
+		if err != nil {
+			return err
+		}
+		actx, cancel := context.WithTimeout(ctx, AttemptTimeout)
+		err = l.Host().ProposeConfChange(actx, group, cc)
+		cancel()
+		switch {
+		case err == nil:
+			return nil
+		case ctx.Err() != nil:
+			return ctx.Err()
+		case retryable(err) || errors.Is(err, context.DeadlineExceeded):
+			time.Sleep(5 * time.Millisecond)
+		default:
+			return err
+		}
+	}
+}
+
+// Load runs proposers that keep proposing small batches in a group until
+// stopped, recording every acknowledgment.
+type Load struct {
+	c      *Cluster
+	group  uint64
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+
+	mu    sync.Mutex
+	acked []Acked
+	errs  []error
+}
+
+// StartLoad starts workers proposers; each proposes valueSize-byte values
+// tagged with prefix, worker and sequence number, one at a time.
+func (c *Cluster) StartLoad(group uint64, workers, valueSize int, prefix string) *Load {
+	ctx, cancel := context.WithCancel(context.Background())
+	ld := &Load{c: c, group: group, cancel: cancel}
+	for w := 0; w < workers; w++ {
+		ld.wg.Add(1)
+		go func() {
+			defer ld.wg.Done()
+			for i := 0; ctx.Err() == nil; i++ {
+				b := Batch(Value(fmt.Sprintf("%s-w%d-%d|", prefix, w, i), valueSize))
+				a, err := c.Propose(ctx, group, b)
+				ld.mu.Lock()
+				if err == nil {
+					ld.acked = append(ld.acked, a)
+				} else if ctx.Err() == nil {
+					ld.errs = append(ld.errs, err)
+				}
+				ld.mu.Unlock()
+			}
+		}()
+	}
+	return ld
+}
+
+// Count returns how many proposals were acknowledged so far.
+func (ld *Load) Count() int {
+	ld.mu.Lock()
+	defer ld.mu.Unlock()
+	return len(ld.acked)
+}
+
+// WaitCount waits until at least n proposals were acknowledged.
+func (ld *Load) WaitCount(ctx context.Context, n int) error {
+	for ld.Count() < n {
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("load reached %d of %d acks: %w", ld.Count(), n, ctx.Err())
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+	return nil
+}
+
+// Stop stops the proposers and returns the acknowledged proposals and any
+// unexpected errors.
+func (ld *Load) Stop() ([]Acked, []error) {
+	ld.cancel()
+	ld.wg.Wait()
+	ld.mu.Lock()
+	defer ld.mu.Unlock()
+	return slices.Clone(ld.acked), slices.Clone(ld.errs)
+}
