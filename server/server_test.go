@@ -1,0 +1,197 @@
+package server
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+type testCluster struct {
+	t       *testing.T
+	cfgs    []Config
+	servers []*Server
+}
+
+func newTestCluster(t *testing.T, segment int64) *testCluster {
+	c := &testCluster{t: t}
+	var peers []Peer
+	for i := 1; i <= 3; i++ {
+		peers = append(peers, Peer{ID: uint64(i), Raft: freeAddr(t), Kafka: freeAddr(t), Admin: freeAddr(t)})
+	}
+	dir := t.TempDir()
+	for _, p := range peers {
+		c.cfgs = append(c.cfgs, Config{
+			NodeID: p.ID, ClusterID: "test", DataDir: filepath.Join(dir, fmt.Sprint(p.ID)),
+			KafkaListen: p.Kafka, RaftListen: p.Raft, AdminListen: p.Admin,
+			Peers: peers, Streams: []StreamConfig{{Name: "s", ID: 1}},
+			Raft:    RaftConfig{TickMillis: 20},
+			Storage: StorageConfig{SegmentBytes: segment},
+		})
+	}
+	c.servers = make([]*Server, 3)
+	for i := range c.cfgs {
+		c.start(i)
+	}
+	t.Cleanup(func() {
+		for _, s := range c.servers {
+			if s != nil {
+				_ = s.Close()
+			}
+		}
+	})
+	return c
+}
+
+func (c *testCluster) start(i int) {
+	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
+	if testing.Verbose() {
+		logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	}
+	s, err := New(c.cfgs[i], logger.With("node", i+1))
+	require.NoError(c.t, err)
+	require.NoError(c.t, s.Serve(make(chan error, 2)))
+	c.servers[i] = s
+}
+
+func (c *testCluster) stop(i int) {
+	require.NoError(c.t, c.servers[i].Close())
+	c.servers[i] = nil
+}
+
+func (c *testCluster) leader() int {
+	for i, s := range c.servers {
+		if s == nil {
+			continue
+		}
+		if l, _ := s.Host().Leader(1); l == c.cfgs[i].NodeID && s.Host().Readable(1) {
+			return i
+		}
+	}
+	return -1
+}
+
+func (c *testCluster) brokers() []string {
+	var b []string
+	for _, cfg := range c.cfgs {
+		b = append(b, cfg.KafkaListen)
+	}
+	return b
+}
+
+func produceValues(t *testing.T, brokers []string, prefix string, n int) {
+	t.Helper()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.DefaultProduceTopic("s"),
+		kgo.RequiredAcks(kgo.AllISRAcks()), kgo.DisableIdempotentWrite(), kgo.ProducerLinger(time.Millisecond),
+		kgo.ProducerBatchMaxBytes(8<<10), kgo.ProducerBatchCompression(kgo.NoCompression())) // many small entries, so segments roll
+	require.NoError(t, err)
+	defer cl.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	for i := 0; i < n; i++ {
+		cl.Produce(ctx, &kgo.Record{Value: []byte(fmt.Sprintf("%s-%d-%s", prefix, i, strings.Repeat("x", 200)))}, func(_ *kgo.Record, err error) {
+			require.NoError(t, err)
+		})
+	}
+	require.NoError(t, cl.Flush(ctx))
+}
+
+// TestSnapshotCatchUpOverHTTP: a server that missed data the others deleted
+// by retention installs a snapshot and copies the entries from a peer over
+// the admin HTTP, then converges byte for byte.
+func TestSnapshotCatchUpOverHTTP(t *testing.T) {
+	c := newTestCluster(t, 64<<10)
+	require.Eventually(t, func() bool { return c.leader() >= 0 }, 20*time.Second, 20*time.Millisecond)
+	produceValues(t, c.brokers(), "a", 50)
+	lag := (c.leader() + 1) % 3
+	c.stop(lag)
+	produceValues(t, c.brokers(), "b", 2000) // ~ 500 KiB: several 64 KiB segments
+	l := c.leader()
+	require.GreaterOrEqual(t, l, 0)
+	hwm, _, _ := c.servers[l].Host().HighWatermark(1)
+	resp, err := http.Post(fmt.Sprintf("http://%s/streams/s/retain?before=%d", c.cfgs[l].AdminListen, hwm/2), "", nil)
+	require.NoError(t, err)
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	require.Equal(t, http.StatusOK, resp.StatusCode, string(body))
+	// A second command makes the first one's applied index durable, so the
+	// head segments can go.
+	produceValues(t, c.brokers(), "c", 10)
+	resp, err = http.Post(fmt.Sprintf("http://%s/streams/s/retain?before=%d", c.cfgs[l].AdminListen, hwm/2), "", nil)
+	require.NoError(t, err)
+	resp.Body.Close()
+	first, err := c.servers[l].stream1().log.FirstIndex()
+	require.NoError(t, err)
+	require.Greater(t, first, uint64(10), "the leader deleted head segments")
+
+	c.start(lag)
+	produceValues(t, c.brokers(), "d", 10)
+	end, _, _ := c.servers[c.leader()].Host().HighWatermark(1)
+	require.Eventually(t, func() bool {
+		h, _, _ := c.servers[lag].Host().HighWatermark(1)
+		return h == end
+	}, 30*time.Second, 50*time.Millisecond, "the lagging server catches up")
+	var ref []byte
+	for i, s := range c.servers {
+		log := s.stream1().log
+		require.Equal(t, hwm/2, log.StartOffset(), "node %d: every replica starts at the retention point", i+1)
+		bs, err := log.Read(log.StartOffset(), end, 1<<30)
+		require.NoError(t, err)
+		var all []byte
+		for _, b := range bs {
+			all = append(all, b.Data...)
+		}
+		if ref == nil {
+			ref = all
+		}
+		require.Equal(t, ref, all, "node %d differs", i+1)
+	}
+}
+
+func (s *Server) stream1() *stream {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.byGroup[1]
+}
+
+func TestConfigErrorsNameTheProblem(t *testing.T) {
+	bad := []struct {
+		cfg  Config
+		want string
+	}{
+		{Config{}, "node_id"},
+		{Config{NodeID: 1, DataDir: "d", KafkaListen: "x", RaftListen: "127.0.0.1:1"}, "kafka_listen"},
+		{Config{NodeID: 1, DataDir: "d", KafkaListen: "127.0.0.1:1", RaftListen: "127.0.0.1:2", Profile: "kafka-9"}, "profile"},
+		{Config{NodeID: 1, DataDir: "d", KafkaListen: "127.0.0.1:1", RaftListen: "127.0.0.1:2", Peers: []Peer{{ID: 2}}}, "peers must include"},
+		{Config{NodeID: 1, DataDir: "d", KafkaListen: "127.0.0.1:1", RaftListen: "127.0.0.1:2", Peers: []Peer{{ID: 1}},
+			Streams: []StreamConfig{{Name: "a", ID: 1, Replicas: []uint64{1, 9}}}}, "replica 9 is not a peer"},
+	}
+	for _, b := range bad {
+		err := b.cfg.Validate()
+		require.Error(t, err)
+		require.Contains(t, err.Error(), b.want)
+	}
+	path := filepath.Join(t.TempDir(), "c.toml")
+	require.NoError(t, os.WriteFile(path, []byte("node_id = 1\nnode_idd = 2\n"), 0o644))
+	_, err := LoadConfig(path)
+	require.ErrorContains(t, err, "unknown keys: node_idd")
+}
+
