@@ -194,4 +194,3 @@ func TestConfigErrorsNameTheProblem(t *testing.T) {
 	_, err := LoadConfig(path)
 	require.ErrorContains(t, err, "unknown keys: node_idd")
 }
-
