@@ -114,8 +114,14 @@ func NewCore(cfg Config) *Core {
 // ID returns this server's node id.
 func (c *Core) ID() uint64 { return c.cfg.ID }
 
-// TakeEffects returns the effects emitted since the last call, in order.
+// TakeEffects proposes what was submitted since the last call and returns
+// the effects emitted since then, in order. Proposals are stepped into raft
+// here, a group's at once, so many proposals become one append and one
+// message per follower.
 func (c *Core) TakeEffects() []Effect {
+	for _, id := range c.ids {
+		c.proposeQueued(c.groups[id])
+	}
 	e := c.effects
 	c.effects = nil
 	return e
@@ -230,39 +236,51 @@ func (c *Core) propose(group uint64, id ProposalID, e *raftpb.Entry) {
 		c.emit(Complete{Group: group, ID: id, Err: ErrBackpressure})
 		return
 	}
-	if g.waiting != nil { // sync writes: propose after the current Ready is persisted
-		g.queued = append(g.queued, queuedProposal{id: id, entry: e})
-		g.uncommitted += size
+	// Stepped into raft by TakeEffects (or, with sync writes, after the
+	// current Ready is persisted).
+	g.queued = append(g.queued, queuedProposal{id: id, entry: e})
+	g.uncommitted += size
+}
+
+// maxAppendsInFlight bounds a group's appends written but not yet durable.
+// Proposals arriving meanwhile wait and go together into the next append:
+// under load that makes batches grow with the disk's latency instead of
+// making the disk do many small writes. Replication to followers still
+// overlaps the leader's own write.
+const maxAppendsInFlight = 2
+
+// proposeQueued steps the group's queued proposals into raft if its disk
+// pipeline has room.
+func (c *Core) proposeQueued(g *group) {
+	if len(g.queued) == 0 || g.waiting != nil || g.appending >= maxAppendsInFlight {
 		return
 	}
-	g.uncommitted += size
-	c.proposeNow(g, []queuedProposal{{id: id, entry: e}})
+	qs := g.queued
+	g.queued = nil
+	c.proposeNow(g, qs)
 }
 
 // proposeNow steps proposals into raft and learns their indexes from the
 // Ready taken right after: raft appends each accepted proposal as exactly
 // one entry at the end of its log, and nothing else runs in between.
 func (c *Core) proposeNow(g *group, qs []queuedProposal) {
-	var accepted []queuedProposal
-	for _, q := range qs {
-		err := g.rn.Step(&raftpb.Message{
-			Type:    raftpb.MsgProp.Enum(),
-			From:    new(c.cfg.ID),
-			Entries: []*raftpb.Entry{q.entry},
-		})
-		if err != nil {
+	ents := make([]*raftpb.Entry, len(qs))
+	for i, q := range qs {
+		ents[i] = q.entry
+	}
+	// One message for all: raft appends them together and sends one
+	// append per follower. It takes all or none.
+	if err := g.rn.Step(&raftpb.Message{Type: raftpb.MsgProp.Enum(), From: new(c.cfg.ID), Entries: ents}); err != nil {
+		for _, q := range qs {
 			g.uncommitted -= uint64(len(q.entry.GetData()))
 			c.emit(Complete{Group: g.id, ID: q.id, Err: ErrNotLeader})
-			continue
 		}
-		accepted = append(accepted, q)
-	}
-	if len(accepted) == 0 {
 		c.drain(g)
 		return
 	}
+	accepted := qs
 	rd := g.rn.Ready()
-	ents := rd.Entries
+	ents = rd.Entries
 	if !c.cfg.SyncWrites {
 		ents = nil
 		for _, m := range rd.Messages {
@@ -351,6 +369,7 @@ func (c *Core) AppendDone(group uint64, m *raftpb.Message) {
 		c.drain(g)
 		return
 	}
+	g.appending--
 	for _, r := range m.GetResponses() {
 		if r.GetTo() == c.cfg.ID {
 			_ = g.rn.Step(r)
@@ -407,6 +426,7 @@ func (c *Core) handleReady(g *group, rd raft.Ready) {
 	for _, m := range rd.Messages {
 		switch m.GetTo() {
 		case raft.LocalAppendThread:
+			g.appending++
 			c.emit(Append{Group: g.id, Msg: m, Leader: g.lead})
 		case raft.LocalApplyThread:
 			c.apply(g, m.GetEntries())

@@ -28,10 +28,12 @@ type group struct {
 	pending     map[uint64][]pending
 	uncommitted uint64
 
-	// Sync writes only: the Ready being persisted, and proposals that
-	// arrived meanwhile.
-	waiting *raft.Ready
-	queued  []queuedProposal
+	// Proposals not yet stepped into raft (see TakeEffects), the number of
+	// appends not yet durable, and (sync writes only) the Ready being
+	// persisted.
+	queued    []queuedProposal
+	appending int
+	waiting   *raft.Ready
 }
 
 type pending struct {

@@ -9,8 +9,10 @@ import (
 	"sync"
 	"time"
 
+	"github.com/pingcap/failpoint"
 	"go.etcd.io/raft/v3/raftpb"
 
+	"github.com/vdl-project/vdl/failpoints"
 	"github.com/vdl-project/vdl/storage"
 )
 
@@ -221,6 +223,12 @@ func (h *Host) RemoveGroup(id uint64) error {
 
 // Step delivers a message from a peer (called by the transport).
 func (h *Host) Step(group uint64, m *raftpb.Message) {
+	failpoint.Inject("dropFrom", func(val failpoint.Value) {
+		failpoints.Hit("raftnode/dropFrom")
+		if failpoints.IsPeer(val, m.GetFrom()) {
+			failpoint.Return()
+		}
+	})
 	_ = h.do(func() { h.core.Step(group, m) })
 }
 
@@ -399,12 +407,55 @@ func (h *Host) dispatch(effects []Effect) {
 	for _, e := range effects {
 		switch e := e.(type) {
 		case Send:
+			if e.Msg.GetType() == raftpb.MsgSnap {
+				failpoint.Inject("beforeSnapshotSend", func(val failpoint.Value) {
+					failpoints.Hit("raftnode/beforeSnapshotSend")
+					if failpoints.Bool(val) || failpoints.IsPeer(val, e.Msg.GetTo()) {
+						// As a failed snapshot transfer: raft retries later.
+						h.core.ReportSnapshot(e.Group, e.Msg.GetTo(), false)
+						failpoint.Continue()
+					}
+				})
+			}
+			if isLeaderMsg(e.Msg.GetType()) {
+				failpoint.Inject("beforeLeaderSend", func(val failpoint.Value) {
+					failpoints.Hit("raftnode/beforeLeaderSend")
+					if failpoints.Bool(val) || failpoints.IsPeer(val, e.Msg.GetTo()) {
+						failpoint.Continue()
+					}
+				})
+			} else if isFollowerMsg(e.Msg.GetType()) {
+				failpoint.Inject("beforeFollowerSend", func(val failpoint.Value) {
+					failpoints.Hit("raftnode/beforeFollowerSend")
+					if failpoints.Bool(val) || failpoints.IsPeer(val, e.Msg.GetTo()) {
+						failpoint.Continue()
+					}
+				})
+			}
+			failpoint.Inject("dropTo", func(val failpoint.Value) {
+				failpoints.Hit("raftnode/dropTo")
+				if failpoints.IsPeer(val, e.Msg.GetTo()) {
+					failpoint.Continue()
+				}
+			})
 			h.cfg.Sender.Send(e.Group, e.Msg)
 		case Append, SaveConfState, Retain:
 			h.work.push(e)
 		case Applied:
+			failpoint.Inject("beforeApply", func(val failpoint.Value) {
+				failpoints.Hit("raftnode/beforeApply")
+				if failpoints.Bool(val) {
+					failpoints.Crash()
+				}
+			})
 			h.work.push(e) // applied index is persisted after earlier conf states
 			h.publishApplied(e)
+			failpoint.Inject("afterApply", func(val failpoint.Value) {
+				failpoints.Hit("raftnode/afterApply")
+				if failpoints.Bool(val) {
+					failpoints.Crash()
+				}
+			})
 		case Complete:
 			h.complete(e)
 		case LeaderChanged:
@@ -417,6 +468,21 @@ func (h *Host) dispatch(effects []Effect) {
 			h.mu.Unlock()
 		}
 	}
+}
+
+// isLeaderMsg reports the messages only a leader sends (log replication,
+// heartbeats, snapshots, leadership transfer).
+func isLeaderMsg(t raftpb.MessageType) bool {
+	switch t {
+	case raftpb.MsgApp, raftpb.MsgHeartbeat, raftpb.MsgSnap, raftpb.MsgTimeoutNow:
+		return true
+	}
+	return false
+}
+
+// isFollowerMsg reports a follower's answers to its leader.
+func isFollowerMsg(t raftpb.MessageType) bool {
+	return t == raftpb.MsgAppResp || t == raftpb.MsgHeartbeatResp
 }
 
 func (h *Host) publishApplied(e Applied) {
@@ -467,6 +533,12 @@ func (h *Host) applyBatch(batch []Effect) error {
 			if l == nil {
 				continue
 			}
+			failpoint.Inject("beforeSave", func(val failpoint.Value) {
+				failpoints.Hit("raftnode/beforeSave")
+				if failpoints.Bool(val) {
+					failpoints.Crash()
+				}
+			})
 			if err := h.writeAppend(l, e); err != nil {
 				return fmt.Errorf("group %d: %w", e.Group, err)
 			}
@@ -499,6 +571,14 @@ func (h *Host) applyBatch(batch []Effect) error {
 			return fmt.Errorf("group %d: sync: %w", g, err)
 		}
 	}
+	if len(done) > 0 {
+		failpoint.Inject("afterSave", func(val failpoint.Value) {
+			failpoints.Hit("raftnode/afterSave")
+			if failpoints.Bool(val) {
+				failpoints.Crash()
+			}
+		})
+	}
 	for _, a := range done {
 		_ = h.do(func() { h.core.AppendDone(a.Group, a.Msg) })
 	}
@@ -515,6 +595,15 @@ func (h *Host) logOf(group uint64) Log {
 func (h *Host) writeAppend(l Log, a Append) error {
 	m := a.Msg
 	if m.GetSnapshot().GetMetadata().GetIndex() != 0 {
+		failpoint.Inject("beforeSnapshotInstall", func(val failpoint.Value) {
+			failpoints.Hit("raftnode/beforeSnapshotInstall")
+			if failpoints.Bool(val) {
+				failpoints.Crash()
+			}
+			if failpoints.EIO(val) {
+				failpoint.Return(fmt.Errorf("install snapshot: %w", failpoints.IOError()))
+			}
+		})
 		if err := l.InstallSnapshot(m.GetSnapshot(), h.snapshotSource(a)); err != nil {
 			return fmt.Errorf("install snapshot: %w", err)
 		}

@@ -1,0 +1,63 @@
+//go:build failpoint
+
+package raftnode
+
+import "github.com/vdl-project/vdl/failpoints"
+
+// The Raft driver's failpoints (docs/failpoints.md). They are in the Host
+// (host.go), never in the Core, which stays deterministic. Message drops
+// apply to every group; return(true) on a crash marker is SIGKILL.
+func init() {
+	failpoints.Register(
+		failpoints.Def{
+			Name:   "raftnode/beforeSave",
+			Place:  "raftnode/host.go (*Host).applyBatch: before an Append's Write to the log (append worker)",
+			Effect: "return(true): crash before the entries and hard state are written; sleep(ms): delay the save (and every append behind it)",
+		},
+		failpoints.Def{
+			Name:   "raftnode/afterSave",
+			Place:  "raftnode/host.go (*Host).applyBatch: after Write+Sync of a batch of appends, before raft hears they are durable",
+			Effect: "return(true): crash with the entries durable but not acknowledged; sleep(ms): delay the acknowledgement",
+		},
+		failpoints.Def{
+			Name:   "raftnode/beforeLeaderSend",
+			Place:  "raftnode/host.go (*Host).dispatch: before sending a leader's message (MsgApp, MsgHeartbeat, MsgSnap, MsgTimeoutNow)",
+			Effect: "return(id): drop them to peer id; return(true): drop them all; sleep(ms): delay each (stalls the core)",
+		},
+		failpoints.Def{
+			Name:   "raftnode/beforeFollowerSend",
+			Place:  "raftnode/host.go (*Host).dispatch: before sending a follower's answer (MsgAppResp, MsgHeartbeatResp)",
+			Effect: "return(id): drop them to peer id; return(true): drop them all; sleep(ms): delay each (stalls the core)",
+		},
+		failpoints.Def{
+			Name:   "raftnode/dropTo",
+			Place:  "raftnode/host.go (*Host).dispatch: before every Raft message sent",
+			Effect: "return(id): drop every message to peer id (one side of a partition)",
+		},
+		failpoints.Def{
+			Name:   "raftnode/dropFrom",
+			Place:  "raftnode/host.go (*Host).Step: every Raft message received from the transport",
+			Effect: "return(id): drop every message from peer id (the other side of a partition); sleep(ms): delay incoming messages",
+		},
+		failpoints.Def{
+			Name:   "raftnode/beforeApply",
+			Place:  "raftnode/host.go (*Host).dispatch: before an Applied effect (applied index recorded, high watermark published)",
+			Effect: "return(true): crash before the applied entries are published; sleep(ms): delay it (stalls the core: produce latency)",
+		},
+		failpoints.Def{
+			Name:   "raftnode/afterApply",
+			Place:  "raftnode/host.go (*Host).dispatch: after an Applied effect",
+			Effect: "return(true): crash after the high watermark moved; sleep(ms): delay (stalls the core)",
+		},
+		failpoints.Def{
+			Name:   "raftnode/beforeSnapshotSend",
+			Place:  "raftnode/host.go (*Host).dispatch: before sending a MsgSnap",
+			Effect: "return(true) or return(id): drop the snapshot (to id) and report it failed (raft retries later); sleep(ms): delay it",
+		},
+		failpoints.Def{
+			Name:   "raftnode/beforeSnapshotInstall",
+			Place:  "raftnode/host.go (*Host).writeAppend: before InstallSnapshot of a received snapshot",
+			Effect: `return(true): crash before the install; return("eio"): the install fails (host stops); sleep(ms): delay it`,
+		},
+	)
+}
