@@ -6,7 +6,7 @@ PKGS      := ./...
 RACE_PKGS := ./vfs/... ./storage/... ./raftnode/... ./kafka/... ./checker/... ./failpoints/...
 TEST_TIMEOUT ?= 20m
 
-.PHONY: all build test test-race run bench lint clean fuzz
+.PHONY: all build test test-race run bench bench-e2e lint clean fuzz sim
 
 all: build
 
@@ -21,8 +21,14 @@ test: lint
 run: build
 	$(BIN)/vdl dev
 
-bench:
+bench: bench-e2e
 	$(GO) test -run '^$$' -bench . -benchtime 2x ./storage/...
+
+# End-to-end: a local 3-process cluster, franz-go producers and consumers,
+# beside the raw disk limit (docs/performance.md). VDL_BENCH_SECONDS (20),
+# VDL_BENCH_PRODUCERS (4), VDL_BENCH_INFLIGHT (1), VDL_BENCH_DIR (a temp dir).
+bench-e2e:
+	$(GO) test -count=1 -run '^$$' -bench '^BenchmarkE2E$$' -benchtime 1x -timeout 10m ./integration/
 
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
@@ -52,3 +58,20 @@ check-no-failpoint-rewrites:
 	if [ -n "$$bad$$rw" ]; then echo "failpoint rewrites are committed (run failpoint-ctl disable):"; echo "$$bad"; echo "$$rw"; exit 1; fi
 
 lint: check-no-failpoint-rewrites
+
+# --- Deterministic simulator (docs/simulation.md) ---
+# make sim                  a batch of seeds (SEEDS=n, START=n, or BUDGET=10m)
+# make sim SEED=n           replay one seed exactly, with a readable trace
+# SIMARGS passes more flags (-sim.nodes=5 -sim.dcs=3 -sim.canary=... -sim.effects).
+SEEDS  ?=
+START  ?= 1
+BUDGET ?=
+SIMARGS ?=
+
+sim:
+ifdef SEED
+	$(GO) test -count=1 -timeout 0 -run '^TestSim$$' ./simulator -v -args -sim.seed=$(SEED) $(SIMARGS)
+else
+	$(GO) test -count=1 -timeout 0 -run '^TestSimBatch$$' ./simulator -args -sim.start=$(START) \
+		$(if $(SEEDS),-sim.seeds=$(SEEDS)) $(if $(BUDGET),-sim.budget=$(BUDGET)) $(SIMARGS)
+endif

@@ -1,0 +1,115 @@
+package simulator
+
+import (
+	"fmt"
+	"os"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+)
+
+// ciSeeds is the CI batch: sized to about 5 minutes on a 2-core machine (≈500 seeds/min on one core).
+const ciSeeds = 1800
+
+// shortSeeds is the batch under -short.
+const shortSeeds = 12
+
+// batch accumulates the figures of a batch of seeds.
+type batch struct {
+	seeds, failed, known, ops int
+	sim, wall                 time.Duration
+	faults                    map[string]int
+	start                     time.Time
+}
+
+func (b *batch) add(r *Result) {
+	b.seeds++
+	switch {
+	case !r.OK && r.Known != "":
+		b.known++
+	case !r.OK:
+		b.failed++
+	}
+	b.ops += r.Ops
+	b.sim += r.SimTime
+	b.wall += r.Wall
+	for k, v := range r.Faults {
+		b.faults[k] += v
+	}
+}
+
+func (b *batch) summary() string {
+	var sb strings.Builder
+	el := time.Since(b.start)
+	fmt.Fprintf(&sb, "%d seeds, %d failed, %d known-limitation, %d ops checked, %v simulated in %v: %.1f simulated s per wall s, %.1f seeds per minute\n",
+		b.seeds, b.failed, b.known, b.ops, b.sim.Round(time.Second), el.Round(time.Second), b.sim.Seconds()/el.Seconds(), float64(b.seeds)/el.Minutes())
+	keys := make([]string, 0, len(b.faults))
+	for k := range b.faults {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	sb.WriteString("faults injected:")
+	for _, k := range keys {
+		fmt.Fprintf(&sb, " %s=%d", k, b.faults[k])
+	}
+	return sb.String()
+}
+
+// runBatch runs seeds from start until count seeds ran or budget passed
+// (whichever is set), calling each for every result; it stops early when
+// each returns false.
+func runBatch(t *testing.T, start uint64, count int, budget time.Duration, mod func(*Config), each func(*Result) bool) *batch {
+	b := &batch{faults: map[string]int{}, start: time.Now()}
+	last := time.Now()
+	for seed := start; ; seed++ {
+		if count > 0 && b.seeds >= count {
+			break
+		}
+		if budget > 0 && time.Since(b.start) >= budget {
+			break
+		}
+		cfg := baseConfig(seed)
+		if mod != nil {
+			mod(&cfg)
+		}
+		r := runSeed(t, cfg)
+		b.add(r)
+		if time.Since(last) > 10*time.Second {
+			last = time.Now()
+			fmt.Fprintf(os.Stderr, "sim: %d seeds (last %d), %d failed, %d ops, %.1f sim-s/s, %.1f seeds/min\n",
+				b.seeds, seed, b.failed, b.ops, b.sim.Seconds()/time.Since(b.start).Seconds(), float64(b.seeds)/time.Since(b.start).Minutes())
+		}
+		if each != nil && !each(r) {
+			break
+		}
+	}
+	return b
+}
+
+// TestSimBatch is the CI batch (and `make sim`): every seed must pass.
+func TestSimBatch(t *testing.T) {
+	if *flagSeed != 0 {
+		t.Skip("replaying one seed")
+	}
+	count, budget := *flagSeeds, *flagBudget
+	if count == 0 && budget == 0 {
+		count = ciSeeds
+		if testing.Short() {
+			count = shortSeeds
+		}
+	}
+	b := runBatch(t, *flagStart, count, budget, nil, func(r *Result) bool {
+		if !r.OK && r.Known != "" {
+			t.Logf("seed %d: known limitation: %s (%d stale serves); replay: %s", r.Seed, r.Known, r.StaleServes, replayCmd(baseConfig(r.Seed)))
+			fmt.Fprintf(os.Stderr, "sim: seed %d: known limitation: %s; replay: %s\n", r.Seed, r.Known, replayCmd(baseConfig(r.Seed)))
+		} else if !r.OK {
+			report(t, r)
+			cfg := baseConfig(r.Seed)
+			t.Errorf("seed %d FAILED: %s\n    replay: %s", r.Seed, r.Failures[0], replayCmd(cfg))
+		}
+		return true
+	})
+	t.Log(b.summary())
+	fmt.Fprintln(os.Stderr, "sim: "+b.summary())
+}

@@ -1,0 +1,447 @@
+package simulator
+
+import (
+	"encoding/binary"
+	"fmt"
+	"hash/crc32"
+	"math/rand/v2"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/vdl-project/vdl/checker"
+)
+
+// client is a simulated Kafka client bound to one stream: it finds the
+// leader with Metadata, pipelines produces of unique values (acks=all) and
+// consumes with fetches, over simulated connections carrying real Kafka
+// request frames. Timeouts and disconnects make unknown outcomes.
+type client struct {
+	s      *Sim
+	id     int
+	stream string
+	r      *rand.Rand
+	conn   *cconn
+	guess  uint64 // node to connect to next (0: any)
+
+	pos      int64 // consumer position
+	seek     bool  // the next fetch jumps (retention moved the start)
+	fetching bool
+	nextVal  int
+	depth    int // produces pipelined per connection
+
+	stopped   bool
+	final     bool // the final complete read
+	finalMark bool // its fetches are marked Final (the stream starts at 0)
+	finalDone bool
+	finalHWM  int64
+}
+
+// cconn is the client end of one connection.
+type cconn struct {
+	id       int
+	cl       *client
+	n        *node
+	sc       *sconn
+	ready    bool
+	closed   bool
+	corr     int32
+	inflight []*creq
+	lastUp   int64 // TCP: in-order delivery per direction
+	lastDown int64
+}
+
+type creq struct {
+	corr    int32
+	key     int16
+	version int16
+	h       *checker.Handle // nil for metadata
+	value   string
+	from    int64
+	done    bool
+}
+
+func (c *cconn) lat() time.Duration { return c.cl.s.clientLatency(c.n) }
+
+func (s *Sim) newClient(id int, stream string, final bool) *client {
+	c := &client{s: s, id: id, stream: stream, r: s.w.stream(fmt.Sprintf("client-%d", id)), final: final, depth: 1 + id%3}
+	if s.w.bug.enabled("client.deep-pipeline") {
+		c.depth = 8
+	}
+	if final {
+		g := s.groups[0]
+		for i, st := range s.streams {
+			if st == stream {
+				g = s.groups[i]
+			}
+		}
+		c.finalMark = true
+		if l := s.leader(g); l != nil && l.logs[g].StartOffset() > 0 {
+			c.finalMark = false // retention deleted the head: not a complete read
+			c.pos = l.logs[g].StartOffset()
+			c.seek = true
+		}
+		c.finalHWM = -1
+	}
+	return c
+}
+
+// loop is the client's think loop.
+func (c *client) loop() {
+	s := c.s
+	if c.stopped || c.finalDone {
+		return
+	}
+	defer s.w.after(durn(c.r, 2*time.Millisecond, 40*time.Millisecond), nil, c.loop)
+	if c.conn == nil {
+		c.connect()
+		return
+	}
+	if !c.conn.ready {
+		return
+	}
+	if c.final {
+		if !c.fetching {
+			c.fetch()
+		}
+		return
+	}
+	produces := 0
+	for _, q := range c.conn.inflight {
+		if q.key == 0 {
+			produces++
+		}
+	}
+	switch {
+	case c.r.Float64() < 0.6 && produces < c.depth:
+		c.produce()
+	case !c.fetching:
+		c.fetch()
+	}
+}
+
+func (c *client) connect() {
+	s := c.s
+	n := s.node(c.guess)
+	if n == nil {
+		n = s.nodes[c.r.IntN(len(s.nodes))]
+	}
+	c.guess = 0
+	s.nextConn++
+	cc := &cconn{id: s.nextConn, cl: c, n: n}
+	c.conn = cc
+	s.w.after(cc.lat(), n, func() {
+		if s.clientCut[n.id] > 0 {
+			s.w.after(cc.lat(), nil, func() { cc.broken("connection refused") })
+			return
+		}
+		sc, err := n.accept(cc)
+		if err != nil {
+			s.failf("accept: %v", err)
+			return
+		}
+		cc.sc = sc
+		s.w.after(cc.lat(), nil, func() {
+			if cc.closed {
+				return
+			}
+			req := kmsg.NewPtrMetadataRequest()
+			req.SetVersion(1)
+			t := kmsg.NewMetadataRequestTopic()
+			t.Topic = kmsg.StringPtr(c.stream)
+			req.Topics = append(req.Topics, t)
+			cc.send(req, &creq{}, 2*time.Second)
+		})
+	})
+	// A process that never answers (down, paused) makes connecting time out.
+	s.w.after(2*time.Second, nil, func() {
+		if c.conn == cc && !cc.ready && !cc.closed {
+			cc.close("connect timeout")
+		}
+	})
+}
+
+// send writes a request frame and arms the client-side timeout.
+func (cc *cconn) send(req kmsg.Request, q *creq, timeout time.Duration) {
+	s := cc.cl.s
+	cc.corr++
+	q.corr, q.key, q.version = cc.corr, req.Key(), req.GetVersion()
+	cc.inflight = append(cc.inflight, q)
+	frame := encodeRequest(req, q.corr, fmt.Sprintf("c%d", cc.cl.id))
+	if s.clientCut[cc.n.id] > 0 {
+		s.w.after(cc.lat(), nil, func() { cc.broken("network partition") })
+	} else {
+		t := max(s.w.now+int64(cc.lat()), cc.lastUp)
+		cc.lastUp = t
+		sc := cc.sc
+		s.w.at(t, cc.n, func() { sc.receive(frame) })
+	}
+	s.w.after(timeout, nil, func() {
+		if !q.done && !cc.closed {
+			cc.close(fmt.Sprintf("request %d timed out", q.corr))
+		}
+	})
+}
+
+func (c *client) produce() {
+	cc := c.conn
+	c.nextVal++
+	value := fmt.Sprintf("c%d-%d", c.id, c.nextVal)
+	s := c.s
+	timeout := int32(durn(c.r, 300*time.Millisecond, 1500*time.Millisecond) / time.Millisecond)
+	if s.w.bug.fire(c.r, "client.short-timeout", 0.5) {
+		timeout = int32(durn(c.r, 30*time.Millisecond, 150*time.Millisecond) / time.Millisecond)
+	}
+	req := kmsg.NewPtrProduceRequest()
+	req.SetVersion(7)
+	req.Acks = -1
+	req.TimeoutMillis = timeout
+	t := kmsg.NewProduceRequestTopic()
+	t.Topic = c.stream
+	p := kmsg.NewProduceRequestTopicPartition()
+	p.Partition = 0
+	p.Records = makeBatch(s.w.now/1e6, value)
+	t.Partitions = append(t.Partitions, p)
+	req.Topics = append(req.Topics, t)
+	h := s.rec.Invoke(checker.Op{Kind: checker.KindProduce, Stream: c.stream, Client: c.id, Conn: cc.id, Value: value})
+	cc.send(req, &creq{h: h, value: value}, time.Duration(timeout)*time.Millisecond+500*time.Millisecond)
+}
+
+func (c *client) fetch() {
+	cc := c.conn
+	s := c.s
+	req := kmsg.NewPtrFetchRequest()
+	req.SetVersion(11)
+	req.ReplicaID = -1
+	req.MaxWaitMillis = int32(c.r.IntN(150))
+	req.MinBytes = int32(c.r.IntN(2))
+	if c.final {
+		req.MaxWaitMillis, req.MinBytes = 0, 0
+	}
+	req.MaxBytes = 1 << 20
+	req.SessionEpoch = -1
+	t := kmsg.NewFetchRequestTopic()
+	t.Topic = c.stream
+	p := kmsg.NewFetchRequestTopicPartition()
+	p.Partition = 0
+	p.FetchOffset = c.pos
+	p.PartitionMaxBytes = 1 << 16
+	p.CurrentLeaderEpoch = -1
+	p.LogStartOffset = -1
+	t.Partitions = append(t.Partitions, p)
+	req.Topics = append(req.Topics, t)
+	h := s.rec.Invoke(checker.Op{Kind: checker.KindFetch, Stream: c.stream, Client: c.id, Conn: cc.id, From: c.pos, Seek: c.seek, Final: c.finalMark})
+	c.seek = false
+	c.fetching = true
+	cc.send(req, &creq{h: h, from: c.pos}, time.Duration(req.MaxWaitMillis)*time.Millisecond+time.Second)
+}
+
+// receive handles response bytes (whole frames, in order).
+func (cc *cconn) receive(data []byte) {
+	if cc.closed {
+		return
+	}
+	for len(data) >= 8 {
+		l := int(binary.BigEndian.Uint32(data)) + 4
+		frame := data[4:l]
+		data = data[l:]
+		corr := int32(binary.BigEndian.Uint32(frame))
+		var q *creq
+		for i, x := range cc.inflight {
+			if x.corr == corr { // a real client insists on order; the checker judges it
+				q = x
+				cc.inflight = append(cc.inflight[:i:i], cc.inflight[i+1:]...)
+				break
+			}
+		}
+		if q == nil {
+			cc.cl.s.failf("conn %d: response with unknown correlation id %d", cc.id, corr)
+			continue
+		}
+		q.done = true
+		resp := kmsg.ResponseForKey(q.key)
+		resp.SetVersion(q.version)
+		if err := resp.ReadFrom(frame[4:]); err != nil {
+			cc.cl.s.failf("conn %d: cannot decode %s v%d response: %v", cc.id, kmsg.NameForKey(q.key), q.version, err)
+			continue
+		}
+		cc.cl.handle(cc, q, resp)
+		if cc.closed {
+			return
+		}
+	}
+}
+
+func (c *client) handle(cc *cconn, q *creq, resp kmsg.Response) {
+	s := c.s
+	switch r := resp.(type) {
+	case *kmsg.MetadataResponse:
+		leader := int32(-1)
+		for _, t := range r.Topics {
+			for _, p := range t.Partitions {
+				if p.Partition == 0 && p.ErrorCode == 0 {
+					leader = p.Leader
+				}
+			}
+		}
+		switch {
+		case leader == int32(cc.n.id):
+			cc.ready = true
+		case leader > 0:
+			c.guess = uint64(leader)
+			cc.close("leader is elsewhere")
+		default:
+			cc.close("no leader")
+		}
+	case *kmsg.ProduceResponse:
+		p := r.Topics[0].Partitions[0]
+		if p.ErrorCode == 0 {
+			q.h.ProduceOK(p.BaseOffset)
+			if s.liveness && q.h != nil {
+				s.progress[c.stream] = true
+			}
+		} else {
+			// NOT_LEADER, timeouts, backpressure: the outcome is unknown to
+			// the client (the checker must not treat them as failures).
+			q.h.Info(fmt.Sprintf("error %d", p.ErrorCode), true)
+		}
+	case *kmsg.FetchResponse:
+		c.fetching = false
+		p := r.Topics[0].Partitions[0]
+		if p.ErrorCode != 0 {
+			q.h.Complete(checker.Completion{Outcome: checker.OutcomeFail, Err: fmt.Sprintf("error %d", p.ErrorCode), HighWatermark: -1, Responded: true})
+			if p.ErrorCode == 1 && p.LogStartOffset > c.pos {
+				c.pos, c.seek = p.LogStartOffset, true
+			}
+			if p.ErrorCode == 6 || p.ErrorCode == 5 {
+				cc.close("not the leader")
+			}
+			return
+		}
+		var recs []checker.Record
+		for _, rec := range decodeRecords(p.RecordBatches) {
+			if rec.Offset >= q.from {
+				recs = append(recs, rec)
+			}
+		}
+		q.h.FetchOK(recs, p.HighWatermark)
+		if len(recs) > 0 {
+			c.pos = recs[len(recs)-1].Offset + 1
+		}
+		if c.final && c.pos >= p.HighWatermark {
+			c.finalDone = true
+		}
+	}
+}
+
+// close is the client closing the connection (timeout, wrong leader).
+func (cc *cconn) close(why string) {
+	if cc.closed {
+		return
+	}
+	s := cc.cl.s
+	cc.fail(why)
+	if sc := cc.sc; sc != nil {
+		s.w.after(cc.lat(), sc.n, func() { sc.close() })
+	}
+}
+
+// broken is the connection dying under the client (reset, EOF).
+func (cc *cconn) broken(why string) {
+	if cc.closed {
+		return
+	}
+	cc.fail(why)
+	if sc := cc.sc; sc != nil {
+		sc.close()
+	}
+}
+
+// fail ends the connection on the client side: everything in flight has an
+// unknown outcome.
+func (cc *cconn) fail(why string) {
+	c := cc.cl
+	cc.closed = true
+	for _, q := range cc.inflight {
+		if q.h != nil {
+			q.h.Info(why, false)
+		}
+		q.done = true
+	}
+	cc.inflight = nil
+	c.fetching = false
+	if c.conn == cc {
+		c.conn = nil
+	}
+	c.s.w.record("client %d conn %d to n%d closed: %s", c.id, cc.id, cc.n.id, why)
+}
+
+// abandon closes the client's connection at the end of the run.
+func (c *client) abandon(why string) {
+	if c.conn != nil {
+		c.conn.close(why)
+	}
+}
+
+// encodeRequest builds a request frame (length prefix included).
+func encodeRequest(req kmsg.Request, corr int32, clientID string) []byte {
+	b := make([]byte, 4, 64)
+	b = binary.BigEndian.AppendUint16(b, uint16(req.Key()))
+	b = binary.BigEndian.AppendUint16(b, uint16(req.GetVersion()))
+	b = binary.BigEndian.AppendUint32(b, uint32(corr))
+	b = binary.BigEndian.AppendUint16(b, uint16(len(clientID)))
+	b = append(b, clientID...)
+	if req.IsFlexible() {
+		b = append(b, 0)
+	}
+	b = req.AppendTo(b)
+	binary.BigEndian.PutUint32(b, uint32(len(b)-4))
+	return b[4:]
+}
+
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
+// makeBatch builds one uncompressed RecordBatch v2 holding value.
+func makeBatch(ts int64, value string) []byte {
+	r := kmsg.Record{Value: []byte(value)}
+	r.Length = int32(len(r.AppendTo(nil)) - 1)
+	b := kmsg.RecordBatch{
+		Magic: 2, FirstTimestamp: ts, MaxTimestamp: ts,
+		ProducerID: -1, ProducerEpoch: -1, FirstSequence: -1, NumRecords: 1, Records: r.AppendTo(nil),
+	}
+	out := b.AppendTo(nil)
+	binary.BigEndian.PutUint32(out[8:], uint32(len(out)-12))
+	binary.BigEndian.PutUint32(out[17:], crc32.Checksum(out[21:], castagnoli))
+	return out
+}
+
+// decodeRecords returns the records (offset, value) of whole uncompressed
+// v2 batches.
+func decodeRecords(b []byte) []checker.Record {
+	var out []checker.Record
+	for len(b) >= 61 {
+		n := int(int32(binary.BigEndian.Uint32(b[8:]))) + 12
+		if n > len(b) {
+			break
+		}
+		var rb kmsg.RecordBatch
+		if rb.ReadFrom(b[:n]) != nil {
+			break
+		}
+		data := rb.Records
+		for i := int32(0); i < rb.NumRecords && len(data) > 0; i++ {
+			l, m := binary.Varint(data)
+			if m <= 0 || m+int(l) > len(data) {
+				break
+			}
+			var r kmsg.Record
+			if r.ReadFrom(data[:m+int(l)]) != nil {
+				break
+			}
+			out = append(out, checker.Record{Offset: rb.FirstOffset + int64(r.OffsetDelta), Value: string(r.Value)})
+			data = data[m+int(l):]
+		}
+		b = b[n:]
+	}
+	return out
+}

@@ -1,0 +1,861 @@
+package simulator
+
+import (
+	"container/heap"
+	"errors"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"runtime/debug"
+	"slices"
+	"strings"
+	"time"
+
+	"go.etcd.io/raft/v3/raftpb"
+
+	"github.com/vdl-project/vdl/checker"
+	"github.com/vdl-project/vdl/kafka"
+	"github.com/vdl-project/vdl/raftnode"
+	"github.com/vdl-project/vdl/vfs"
+)
+
+// Canary selects a deliberately broken variant that the checks must catch.
+// Canaries live only in the simulator's drivers: production code is
+// untouched.
+type Canary string
+
+// Canaries.
+const (
+	CanaryNone             Canary = ""
+	CanaryAckBeforeFsync   Canary = "ack-before-fsync"  // AppendDone before the fsync
+	CanaryAckBeforeCommit  Canary = "ack-before-commit" // produce acked once locally durable
+	CanaryReadAboveHWM     Canary = "read-above-hwm"    // fetches see uncommitted records
+	CanaryReorderResponses Canary = "reorder-responses" // one connection's responses swapped
+)
+
+// Canaries lists every canary.
+var Canaries = []Canary{CanaryAckBeforeFsync, CanaryAckBeforeCommit, CanaryReadAboveHWM, CanaryReorderResponses}
+
+// Config describes one simulated run. Zero values take the defaults; the
+// cluster shape and the fault personality are drawn from the seed.
+type Config struct {
+	Seed     uint64
+	Nodes    int           // 3 or 5; 0: drawn from the seed
+	DCs      int           // 1..3; 0: drawn from the seed
+	Streams  int           // default 2 (the second one gets retention)
+	Clients  int           // clients per stream, default 3
+	Safety   time.Duration // simulated length of the safety phase, default 12s
+	Liveness time.Duration // bound on recovery after healing, default 20s
+	Canary   Canary
+	// NoBuggify switches every BUGGIFY site off.
+	NoBuggify bool
+	// Weights override the nemesis weights by fault kind (0 disables).
+	Weights map[string]int
+	// Trace receives the readable trace; TraceEffects adds every core
+	// effect to it (and to the trace hash).
+	Trace        func(string)
+	TraceEffects bool
+	// OutDir, when set, receives the checker's report files on failure.
+	OutDir string
+}
+
+// Result is the outcome of a run.
+type Result struct {
+	Seed      uint64
+	Nodes     int
+	DCs       int
+	Canary    Canary
+	OK        bool
+	Failures  []string
+	TraceHash string
+	SimTime   time.Duration
+	Wall      time.Duration
+	Events    uint64
+	Ops       int
+	Faults    map[string]int
+	Buggify   []string
+	Check     *checker.Result
+	// Known names a known limitation that explains every failure (the run
+	// is not OK, but the batch does not fail on it): see docs/simulation.md.
+	Known string
+	// StaleServes counts fetches served by a leader that had been deposed.
+	StaleServes int
+}
+
+// KnownStaleRead: without ReadIndex, a deposed leader that has not noticed
+// yet serves a stale high watermark.
+const KnownStaleRead = "stale read by a deposed leader (reads are not ReadIndex-gated)"
+
+// Sim is one run's world.
+type Sim struct {
+	cfg         Config
+	w           *world
+	nodes       []*node
+	groups      []uint64
+	streams     []string
+	segmentSize int64
+	coreCfg     raftnode.Config
+	kafkaCfg    kafka.Config
+	tick        time.Duration
+	lat         [][]time.Duration // one-way base latency per DC pair
+
+	netR, nemR, wlR *rand.Rand
+
+	cut       map[[2]uint64]int // raft links cut (from, to)
+	clientCut map[uint64]int    // client links to a node cut
+	clog      map[[2]uint64]time.Duration
+
+	nextProp     raftnode.ProposalID
+	reordered    bool
+	rec          *checker.Recorder
+	clients      []*client
+	nextConn     int
+	failures     []string
+	windows      []*window
+	liveness     bool
+	healAt       int64
+	progress     map[string]bool
+	demoted      map[uint64]uint64 // group -> learner the nemesis demoted
+	traceEffects bool
+	leaderTerm   map[uint64]uint64 // highest term any node led each group in
+	staleServes  int               // reads served by a deposed leader
+}
+
+type window struct {
+	fw   checker.FaultWindow
+	done bool
+	end  func()
+}
+
+func (s *Sim) failf(format string, args ...any) {
+	msg := fmt.Sprintf(format, args...)
+	s.w.record("FAILURE %s", msg)
+	if len(s.failures) < 20 {
+		s.failures = append(s.failures, msg)
+	}
+}
+
+func newSim(cfg Config) (*Sim, error) {
+	w := newWorld(cfg.Seed, cfg.Trace)
+	shape := w.stream("shape")
+	if cfg.Nodes == 0 {
+		cfg.Nodes = []int{3, 5}[shape.IntN(2)]
+	}
+	if cfg.DCs == 0 {
+		cfg.DCs = 1 + shape.IntN(3)
+	}
+	cfg.DCs = min(cfg.DCs, cfg.Nodes)
+	if cfg.Streams == 0 {
+		cfg.Streams = 2
+	}
+	if cfg.Clients == 0 {
+		cfg.Clients = 3
+	}
+	if cfg.Safety == 0 {
+		cfg.Safety = 12 * time.Second
+	}
+	if cfg.Liveness == 0 {
+		cfg.Liveness = 20 * time.Second
+	}
+	w.bug = newBuggify(w.stream("buggify"), !cfg.NoBuggify)
+	s := &Sim{
+		cfg: cfg, w: w, tick: 10 * time.Millisecond,
+		netR: w.stream("network"), nemR: w.stream("nemesis"), wlR: w.stream("workload"),
+		cut: map[[2]uint64]int{}, clientCut: map[uint64]int{}, clog: map[[2]uint64]time.Duration{},
+		progress: map[string]bool{}, demoted: map[uint64]uint64{}, leaderTerm: map[uint64]uint64{},
+		traceEffects: cfg.TraceEffects,
+	}
+	s.rec = checker.NewRecorder(func() int64 { return s.w.now })
+	for i := 0; i < cfg.Streams; i++ {
+		s.groups = append(s.groups, uint64(i+1))
+		s.streams = append(s.streams, fmt.Sprintf("s%d", i+1))
+	}
+	s.segmentSize = 16 << 10
+	if w.bug.enabled("storage.tiny-segments") {
+		s.segmentSize = 2 << 10
+	}
+	s.coreCfg = raftnode.Config{ElectionTick: 10, HeartbeatTick: 1}
+	if w.bug.enabled("core.small-messages") {
+		s.coreCfg.MaxSizePerMsg, s.coreCfg.MaxInflightMsgs = 300, 2
+	}
+	if w.bug.enabled("core.sync-writes") {
+		s.coreCfg.SyncWrites = true
+	}
+	if w.bug.enabled("core.low-uncommitted") {
+		s.coreCfg.MaxUncommittedBytes = 1 << 10
+	}
+	if w.bug.enabled("session.small-inflight") {
+		s.kafkaCfg.MaxInFlightRequests = 2
+	}
+	// Latency: 50-500µs inside a DC, 2-40ms one way between DCs.
+	s.lat = make([][]time.Duration, cfg.DCs)
+	for i := range s.lat {
+		s.lat[i] = make([]time.Duration, cfg.DCs)
+	}
+	for i := 0; i < cfg.DCs; i++ {
+		s.lat[i][i] = durn(shape, 50*time.Microsecond, 500*time.Microsecond)
+		for j := i + 1; j < cfg.DCs; j++ {
+			d := durn(shape, 2*time.Millisecond, 40*time.Millisecond)
+			s.lat[i][j], s.lat[j][i] = d, d
+		}
+	}
+	var voters []uint64
+	for i := 0; i < cfg.Nodes; i++ {
+		id := uint64(i + 1)
+		voters = append(voters, id)
+		s.nodes = append(s.nodes, &node{s: s, id: id, dc: i % cfg.DCs, fs: vfs.NewMem(),
+			diskR: w.stream(fmt.Sprintf("disk-%d", id)), crashR: w.stream(fmt.Sprintf("crash-%d", id))})
+	}
+	w.record("seed %d: %d nodes in %d DCs, streams %v, latency %v, buggify %v, canary %q",
+		cfg.Seed, cfg.Nodes, cfg.DCs, s.streams, s.lat, w.bug.list(), cfg.Canary)
+	for _, n := range s.nodes {
+		if err := n.bootstrap(voters); err != nil {
+			return nil, err
+		}
+		if err := n.start(); err != nil {
+			return nil, err
+		}
+	}
+	return s, nil
+}
+
+func (s *Sim) node(id uint64) *node {
+	for _, n := range s.nodes {
+		if n.id == id {
+			return n
+		}
+	}
+	return nil
+}
+
+func (s *Sim) restart(n *node) {
+	if !n.down {
+		return
+	}
+	s.w.record("restart n%d", n.id)
+	if err := n.start(); err != nil {
+		n.stop(false)
+		if !s.liveness && (errors.Is(err, vfs.ErrIO) || errors.Is(err, vfs.ErrNoSpace)) {
+			// The injected disk fault is still there: stay down, try later.
+			s.w.record("n%d cannot start yet: %v", n.id, err)
+			s.w.after(500*time.Millisecond, nil, func() { s.restart(n) })
+			return
+		}
+		s.failf("%v", err)
+	}
+}
+
+// --- network ---
+
+func (s *Sim) linkLatency(a, b *node) time.Duration {
+	base := s.lat[a.dc][b.dc]
+	d := base + time.Duration(s.netR.Int64N(int64(base)/5+1)) + s.clog[[2]uint64{a.id, b.id}]
+	if s.w.bug.fire(s.netR, "net.delay-spike", 0.02) {
+		d += durn(s.netR, 20*time.Millisecond, 120*time.Millisecond)
+	}
+	return d
+}
+
+// sendRaft puts a raft message on the wire: it may be lost, duplicated,
+// delayed (so reordered) or cut by a partition.
+func (s *Sim) sendRaft(from *node, group uint64, m *raftpb.Message) {
+	to := s.node(m.GetTo())
+	if to == nil {
+		return
+	}
+	// The transport reports what happened to a snapshot to the sender
+	// (as raftnode/transport's SnapshotStatus does); an unreachable peer
+	// is reported too.
+	snap := m.GetType() == raftpb.MsgSnap
+	delivered := false
+	if snap {
+		s.w.after(s.linkLatency(from, to)*2+time.Millisecond, from, func() {
+			from.core.ReportSnapshot(group, to.id, delivered)
+			from.route()
+		})
+	}
+	if s.cut[[2]uint64{from.id, to.id}] > 0 || to.down {
+		s.w.after(s.linkLatency(from, to), from, func() {
+			from.core.ReportUnreachable(group, to.id)
+			from.route()
+		})
+		return
+	}
+	if s.netR.Float64() < 0.002 && !snap {
+		s.w.faults["net-loss"]++
+		return
+	}
+	copies := 1
+	if s.w.bug.fire(s.netR, "net.duplicate", 0.02) {
+		copies = 2
+		s.w.faults["net-duplicate"]++
+	}
+	for i := 0; i < copies; i++ {
+		msg := cloneMsg(m)
+		s.w.after(s.linkLatency(from, to), to, func() {
+			delivered = true
+			to.core.Step(group, msg)
+			to.route()
+		})
+	}
+}
+
+func (s *Sim) clientLatency(n *node) time.Duration {
+	return s.lat[0][n.dc] + time.Duration(s.netR.Int64N(int64(50*time.Microsecond)))
+}
+
+// toClient sends response bytes over the connection, in order (TCP).
+func (s *Sim) toClient(sc *sconn, data []byte) {
+	c := sc.c
+	if s.clientCut[sc.n.id] > 0 {
+		sc.reset("network partition")
+		return
+	}
+	t := max(s.w.now+int64(c.lat()), c.lastDown)
+	c.lastDown = t
+	s.w.at(t, nil, func() { c.receive(data) })
+}
+
+func (s *Sim) closeToClient(sc *sconn) {
+	c := sc.c
+	t := max(s.w.now+int64(c.lat()), c.lastDown)
+	c.lastDown = t
+	s.w.at(t, nil, func() { c.broken("closed by server") })
+}
+
+// --- nemesis ---
+
+var defaultWeights = map[string]int{
+	"partition": 3, "partition-oneway": 2, "isolate-node": 3, "isolate-dc": 2, "clog": 2,
+	"kill": 3, "power-loss": 3, "power-loss-dc": 1, "pause": 2,
+	"disk-eio": 1, "disk-enospc": 1, "disk-slow": 2,
+	"leader-transfer": 2, "membership": 1, "retention": 2,
+}
+
+// FaultKinds lists the nemesis fault kinds.
+func FaultKinds() []string { return sortedKeys(defaultWeights) }
+
+func (s *Sim) weight(kind string) int {
+	if w, ok := s.cfg.Weights[kind]; ok {
+		return w
+	}
+	return defaultWeights[kind]
+}
+
+// openWindow records a fault window ending after d with end.
+func (s *Sim) openWindow(kind, detail string, d time.Duration, end func()) {
+	s.w.fault(kind, "%s for %v", detail, d)
+	win := &window{fw: checker.FaultWindow{Start: s.w.now, End: s.w.now + int64(d), Kind: kind, Detail: detail}, end: end}
+	s.windows = append(s.windows, win)
+	s.w.after(d, nil, func() { s.closeWindow(win) })
+}
+
+func (s *Sim) closeWindow(win *window) {
+	if win.done {
+		return
+	}
+	win.done = true
+	win.fw.End = s.w.now
+	if win.end != nil {
+		win.end()
+	}
+	s.w.record("end of %s (%s)", win.fw.Kind, win.fw.Detail)
+}
+
+func (s *Sim) openWindows() int {
+	k := 0
+	for _, w := range s.windows {
+		if !w.done {
+			k++
+		}
+	}
+	return k
+}
+
+func (s *Sim) nemesis() {
+	if s.liveness {
+		return
+	}
+	defer s.w.after(time.Duration(s.nemR.ExpFloat64()*float64(500*time.Millisecond)), nil, s.nemesis)
+	if s.openWindows() >= 3 {
+		return
+	}
+	kinds := FaultKinds()
+	total := 0
+	for _, k := range kinds {
+		total += s.weight(k)
+	}
+	if total == 0 {
+		return
+	}
+	x := s.nemR.IntN(total)
+	var kind string
+	for _, k := range kinds {
+		if x < s.weight(k) {
+			kind = k
+			break
+		}
+		x -= s.weight(k)
+	}
+	s.inject(kind)
+}
+
+func (s *Sim) pick() *node { return s.nodes[s.nemR.IntN(len(s.nodes))] }
+
+func (s *Sim) cutLink(a, b uint64, d int) { s.cut[[2]uint64{a, b}] += d }
+
+func (s *Sim) inject(kind string) {
+	r := s.nemR
+	d := durn(r, 200*time.Millisecond, 3*time.Second)
+	switch kind {
+	case "partition", "partition-oneway":
+		a, b := s.pick(), s.pick()
+		if a == b {
+			return
+		}
+		oneway := kind == "partition-oneway"
+		s.cutLink(a.id, b.id, 1)
+		if !oneway {
+			s.cutLink(b.id, a.id, 1)
+		}
+		s.openWindow(kind, fmt.Sprintf("n%d -/- n%d", a.id, b.id), d, func() {
+			s.cutLink(a.id, b.id, -1)
+			if !oneway {
+				s.cutLink(b.id, a.id, -1)
+			}
+		})
+	case "isolate-node", "isolate-dc":
+		var in []*node
+		if kind == "isolate-node" {
+			in = []*node{s.pick()}
+		} else {
+			if s.cfg.DCs < 2 {
+				return
+			}
+			dc := r.IntN(s.cfg.DCs)
+			for _, n := range s.nodes {
+				if n.dc == dc {
+					in = append(in, n)
+				}
+			}
+		}
+		// Half the time clients still reach the cut-off servers (only the
+		// replication network is partitioned): a deposed leader keeps
+		// serving them until it notices.
+		clients := r.IntN(2) == 0
+		apply := func(delta int) {
+			for _, a := range in {
+				if clients {
+					s.clientCut[a.id] += delta
+				}
+				for _, b := range s.nodes {
+					if !slices.Contains(in, b) {
+						s.cutLink(a.id, b.id, delta)
+						s.cutLink(b.id, a.id, delta)
+					}
+				}
+			}
+		}
+		apply(1)
+		s.openWindow(kind, fmt.Sprintf("%s cut off (clients too: %v)", names(in), clients), d, func() { apply(-1) })
+	case "clog":
+		a, b := s.pick(), s.pick()
+		if a == b {
+			return
+		}
+		k := [2]uint64{a.id, b.id}
+		if s.clog[k] > 0 {
+			return
+		}
+		s.clog[k] = durn(r, 50*time.Millisecond, 500*time.Millisecond)
+		s.openWindow(kind, fmt.Sprintf("n%d -> n%d +%v", a.id, b.id, s.clog[k]), d, func() { delete(s.clog, k) })
+	case "kill", "power-loss", "power-loss-dc":
+		in := []*node{s.pick()}
+		if kind == "power-loss-dc" {
+			dc := r.IntN(s.cfg.DCs)
+			in = nil
+			for _, n := range s.nodes {
+				if n.dc == dc {
+					in = append(in, n)
+				}
+			}
+		}
+		var killed []*node
+		for _, n := range in {
+			if !n.down {
+				n.stop(kind != "kill")
+				killed = append(killed, n)
+			}
+		}
+		if len(killed) == 0 {
+			return
+		}
+		s.openWindow(kind, names(killed)+" down", d, func() {
+			for _, n := range killed {
+				s.restart(n)
+			}
+		})
+	case "pause":
+		n := s.pick()
+		if n.down || n.paused {
+			return
+		}
+		n.paused = true
+		s.openWindow(kind, fmt.Sprintf("n%d paused", n.id), d, func() { s.resume(n) })
+	case "disk-eio":
+		n := s.pick()
+		f := vfs.Faults{FailSyncs: 1}
+		if r.IntN(2) == 0 {
+			f = vfs.Faults{FailWrites: 1}
+		}
+		n.fs.SetFaults(f)
+		s.openWindow(kind, fmt.Sprintf("n%d next %s fails with EIO", n.id, map[bool]string{true: "fsync", false: "write"}[f.FailSyncs > 0]), d, func() { n.fs.SetFaults(vfs.Faults{}) })
+	case "disk-enospc":
+		n := s.pick()
+		n.fs.SetCapacity(memUsed(n.fs, "/") + r.Int64N(64<<10))
+		s.openWindow(kind, fmt.Sprintf("n%d disk full", n.id), d, func() { n.fs.SetCapacity(0) })
+	case "disk-slow":
+		n := s.pick()
+		n.slowTill = s.w.now + int64(d)
+		s.openWindow(kind, fmt.Sprintf("n%d fsyncs slow", n.id), d, nil)
+	case "leader-transfer":
+		g := s.groups[r.IntN(len(s.groups))]
+		l := s.leader(g)
+		to := s.pick()
+		if l == nil || to == l {
+			return
+		}
+		s.w.fault(kind, "g%d n%d -> n%d", g, l.id, to.id)
+		l.core.TransferLeader(g, to.id)
+		l.route()
+	case "membership":
+		g := s.groups[r.IntN(len(s.groups))]
+		l := s.leader(g)
+		if l == nil {
+			return
+		}
+		if lr, ok := s.demoted[g]; ok {
+			s.w.fault(kind, "g%d promote n%d back", g, lr)
+			s.changeMember(l, g, lr, raftpb.ConfChangeAddNode)
+			return
+		}
+		st, _ := l.core.Status(g)
+		if len(st.Learners) > 0 || len(st.Voters) < 3 {
+			return
+		}
+		v := st.Voters[r.IntN(len(st.Voters))]
+		s.w.fault(kind, "g%d demote n%d to learner", g, v)
+		s.demoted[g] = v
+		s.changeMember(l, g, v, raftpb.ConfChangeAddLearnerNode)
+	case "retention":
+		if len(s.groups) < 2 {
+			return
+		}
+		g := s.groups[1] // only the second stream: the first keeps a complete final read
+		l := s.leader(g)
+		if l == nil || l.grp[g].hwm == 0 {
+			return
+		}
+		before := l.grp[g].hwm * 3 / 4
+		s.w.fault(kind, "g%d delete before %d", g, before)
+		l.propose(g, raftnode.RetainData(before), func(int64, error) {})
+	}
+}
+
+func (s *Sim) changeMember(l *node, g, id uint64, t raftpb.ConfChangeType) {
+	cc := &raftpb.ConfChangeV2{Changes: []*raftpb.ConfChangeSingle{{Type: t.Enum(), NodeId: new(id)}}}
+	l.proposeConfChange(g, cc, func(err error) {
+		s.w.record("conf change g%d %v n%d: %v", g, t, id, err)
+	})
+}
+
+func (s *Sim) resume(n *node) {
+	if !n.paused {
+		return
+	}
+	n.paused = false
+	held := n.held
+	n.held = nil
+	s.w.record("resume n%d (%d held events)", n.id, len(held))
+	for _, e := range held {
+		s.w.seq++
+		e.at, e.seq = s.w.now, s.w.seq
+		heap.Push(&s.w.q, e)
+	}
+}
+
+func names(ns []*node) string {
+	var b []string
+	for _, n := range ns {
+		b = append(b, fmt.Sprintf("n%d", n.id))
+	}
+	return strings.Join(b, ",")
+}
+
+// leader returns the up node that leads g with the highest term.
+func (s *Sim) leader(g uint64) *node {
+	var best *node
+	var term uint64
+	for _, n := range s.nodes {
+		if n.down || n.paused {
+			continue
+		}
+		if v := n.grp[g]; v.leader == n.id && v.role == "StateLeader" && v.term >= term {
+			best, term = n, v.term
+		}
+	}
+	return best
+}
+
+// heal ends every fault: the liveness phase starts from a healthy cluster.
+func (s *Sim) heal() {
+	// Disk faults first: closing a window may restart a process.
+	for _, n := range s.nodes {
+		n.fs.SetFaults(vfs.Faults{})
+		n.fs.SetCapacity(0)
+		n.slowTill = 0
+	}
+	for _, w := range s.windows {
+		s.closeWindow(w)
+	}
+	s.cut = map[[2]uint64]int{}
+	s.clientCut = map[uint64]int{}
+	s.clog = map[[2]uint64]time.Duration{}
+	for _, n := range s.nodes {
+		if n.paused {
+			s.resume(n)
+		}
+		if n.down {
+			s.restart(n)
+		}
+	}
+	s.w.record("HEAL: liveness phase")
+}
+
+// Run runs one simulation and checks it.
+func Run(cfg Config) (res *Result) {
+	start := time.Now()
+	res = &Result{Seed: cfg.Seed, Canary: cfg.Canary}
+	var s *Sim
+	defer func() {
+		if p := recover(); p != nil {
+			res.Failures = append(res.Failures, fmt.Sprintf("panic: %v\n%s", p, debug.Stack()))
+			res.OK = false
+		}
+		if s != nil {
+			res.Nodes, res.DCs = s.cfg.Nodes, s.cfg.DCs
+			res.TraceHash = s.w.traceHash()
+			res.SimTime = time.Duration(s.w.now)
+			res.Events = s.w.events
+			res.Faults = s.w.faults
+			res.Buggify = s.w.bug.list()
+		}
+		res.Wall = time.Since(start)
+	}()
+	s, err := newSim(cfg)
+	if err != nil {
+		res.Failures = append(res.Failures, "setup: "+err.Error())
+		return res
+	}
+	s.run(res)
+	return res
+}
+
+func (s *Sim) run(res *Result) {
+	w := s.w
+	for i, st := range s.streams {
+		for k := 0; k < s.cfg.Clients; k++ {
+			c := s.newClient(len(s.clients), st, false)
+			s.clients = append(s.clients, c)
+			w.after(time.Duration(i*k)*time.Millisecond, nil, c.loop)
+		}
+	}
+	w.after(300*time.Millisecond, nil, s.nemesis)
+	w.run(int64(s.cfg.Safety))
+
+	// Liveness: heal everything; the cluster must make progress and converge.
+	s.liveness = true
+	s.heal()
+	s.healAt = w.now
+	deadline := w.now + int64(s.cfg.Liveness)
+	s.w.after(0, nil, s.repairMembership)
+	for w.now < deadline && !s.progressed() {
+		w.run(w.now + int64(100*time.Millisecond))
+	}
+	if !s.progressed() {
+		s.failf("liveness: no acknowledged produce on every stream within %v of healing (progress %v)", s.cfg.Liveness, s.progress)
+	}
+	for _, c := range s.clients {
+		c.stopped = true
+	}
+	for i := 0; i < 40 && s.busyClients(); i++ {
+		w.run(w.now + int64(100*time.Millisecond))
+	}
+	for _, c := range s.clients {
+		c.abandon("workload stopped")
+	}
+	for w.now < deadline && s.divergence() != "" {
+		w.run(w.now + int64(100*time.Millisecond))
+	}
+	if d := s.divergence(); d != "" {
+		s.failf("liveness: replicas did not converge within %v of healing: %s", s.cfg.Liveness, d)
+	}
+
+	// Final read of every stream through the Kafka path.
+	finals := map[string]*client{}
+	for _, st := range s.streams {
+		c := s.newClient(len(s.clients), st, true)
+		s.clients = append(s.clients, c)
+		finals[st] = c
+		w.after(0, nil, c.loop)
+	}
+	end := w.now + int64(10*time.Second)
+	for w.now < end {
+		done := true
+		for _, c := range finals {
+			done = done && c.finalDone
+		}
+		if done {
+			break
+		}
+		w.run(w.now + int64(50*time.Millisecond))
+	}
+	for _, st := range s.streams {
+		if !finals[st].finalDone {
+			s.failf("final read of %s did not complete", st)
+		}
+		finals[st].stopped = true
+		finals[st].abandon("end")
+	}
+
+	hist := s.rec.History()
+	res.Ops = len(hist)
+	opts := checker.Options{Timeout: 30 * time.Second, Replicas: s.replicas(), Parallelism: 1}
+	for _, win := range s.windows {
+		opts.Faults = append(opts.Faults, win.fw)
+	}
+	res.Check = checker.Check(hist, opts)
+	if !res.Check.OK && s.cfg.OutDir != "" {
+		opts.OutDir = s.cfg.OutDir
+		checker.Check(hist, opts)
+	}
+	for _, sr := range res.Check.Streams {
+		for _, f := range sr.Failures {
+			s.failf("checker: stream %s: %s", sr.Stream, f)
+		}
+	}
+	for _, e := range res.Check.Errors {
+		s.failf("checker: malformed history: %s", e)
+	}
+	if res.Check.Ordering.Count > 0 {
+		for _, v := range res.Check.Ordering.Examples {
+			s.failf("checker: ordering: %s conn %d: %s", v.Kind, v.Conn, v.Detail)
+		}
+	}
+	res.Failures = s.failures
+	res.OK = len(s.failures) == 0
+	res.StaleServes = s.staleServes
+	if !res.OK && s.staleServes > 0 {
+		known := true
+		for _, f := range s.failures {
+			known = known && strings.HasSuffix(f, "not linearizable (porcupine Illegal)")
+		}
+		if known {
+			res.Known = KnownStaleRead
+		}
+	}
+	w.record("END ok=%v ops=%d", res.OK, res.Ops)
+}
+
+func (s *Sim) progressed() bool {
+	for _, st := range s.streams {
+		if !s.progress[st] {
+			return false
+		}
+	}
+	return true
+}
+
+func (s *Sim) busyClients() bool {
+	for _, c := range s.clients {
+		if c.conn != nil && len(c.conn.inflight) > 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// repairMembership promotes learners back to voters during liveness.
+func (s *Sim) repairMembership() {
+	for _, g := range s.groups {
+		l := s.leader(g)
+		if l == nil {
+			continue
+		}
+		st, _ := l.core.Status(g)
+		for _, id := range st.Learners {
+			s.changeMember(l, g, id, raftpb.ConfChangeAddNode)
+			break
+		}
+	}
+	s.w.after(300*time.Millisecond, nil, s.repairMembership)
+}
+
+// divergence describes why the cluster has not converged ("" when it has):
+// every group has a readable leader with no learners, and every node
+// applied up to the same high watermark.
+func (s *Sim) divergence() string {
+	for _, g := range s.groups {
+		l := s.leader(g)
+		if l == nil || !l.readable(g) {
+			return fmt.Sprintf("group %d has no readable leader", g)
+		}
+		st, _ := l.core.Status(g)
+		if len(st.Learners) > 0 {
+			return fmt.Sprintf("group %d still has learners %v", g, st.Learners)
+		}
+		for _, n := range s.nodes {
+			if n.down {
+				return fmt.Sprintf("n%d is down", n.id)
+			}
+			if n.grp[g].hwm != l.grp[g].hwm {
+				return fmt.Sprintf("group %d: n%d hwm %d, leader n%d hwm %d", g, n.id, n.grp[g].hwm, l.id, l.grp[g].hwm)
+			}
+		}
+	}
+	return ""
+}
+
+// replicas reads every replica's committed records for the convergence check.
+func (s *Sim) replicas() map[string]map[string][]checker.ReplicaRecord {
+	out := map[string]map[string][]checker.ReplicaRecord{}
+	for i, st := range s.streams {
+		g := s.groups[i]
+		out[st] = map[string][]checker.ReplicaRecord{}
+		for _, n := range s.nodes {
+			if n.down {
+				continue
+			}
+			l := n.logs[g]
+			var recs []checker.ReplicaRecord
+			off, hwm := l.StartOffset(), n.grp[g].hwm
+			for off < hwm {
+				bs, err := l.Read(off, hwm, math.MaxInt32)
+				if err != nil || len(bs) == 0 {
+					s.failf("n%d %s: read [%d,%d): %v", n.id, st, off, hwm, err)
+					break
+				}
+				for _, b := range bs {
+					for _, r := range decodeRecords(b.Data) {
+						if r.Offset >= off && r.Offset < hwm {
+							recs = append(recs, checker.ReplicaRecord{Offset: r.Offset, Bytes: []byte(r.Value)})
+						}
+					}
+				}
+				off = bs[len(bs)-1].NextOffset
+			}
+			out[st][fmt.Sprintf("n%d", n.id)] = recs
+		}
+	}
+	return out
+}
