@@ -66,10 +66,20 @@ type LogView interface {
 	// OffsetForTime returns the first offset whose record timestamp is
 	// ≥ ts and that timestamp, or (-1, -1) when no committed record has one.
 	OffsetForTime(ts int64) (offset, timestamp int64, err error)
+	// Fence starts a confirmation that this server still leads the stream,
+	// in a round that begins now; reads made after it passes are
+	// linearizable (a cut-off leader cannot serve a stale high watermark).
+	Fence() ReadFence
 	// Changed returns a channel closed at the next change of HighWatermark,
 	// StartOffset or leadership after the call. The session takes it before
 	// reading the values it waits on, so no change is missed.
 	Changed() <-chan struct{}
+}
+
+// ReadFence is a pending confirmation of leadership (raftnode.Fence).
+type ReadFence interface {
+	Done() <-chan struct{} // closed when passed or failed
+	Err() error            // after Done: nil if passed
 }
 
 // Errors a Backend returns (wrapped or not); raftnode's own errors are

@@ -58,21 +58,60 @@ func handleFetch(s *Session, sl *slot, kreq kmsg.Request, now int64) {
 			return
 		}
 	}
-	op := &fetchOp{sl: sl, req: req, dl: now + int64(max(req.MaxWaitMillis, 0))*1e6}
+	op := &fetchOp{sl: sl, req: req, dl: now + int64(max(req.MaxWaitMillis, 0))*1e6, fences: map[string]ReadFence{}}
+	// Linearizable reads: each stream this server leads first confirms its
+	// leadership in a round that starts now (LogView.Fence), so a leader
+	// that was cut off never serves a stale high watermark. The fence may
+	// take a quorum round trip past max_wait; it is bounded by fenceGrace.
+	for _, t := range req.Topics {
+		if _, seen := op.fences[t.Topic]; seen {
+			continue
+		}
+		if view, err := s.be.Log(t.Topic); err == nil {
+			op.fences[t.Topic] = view.Fence()
+		}
+	}
+	op.fenceDL = max(op.dl, now+fenceGrace)
 	op.evaluate(s, now, false)
 }
 
+// fenceGrace bounds how long a fetch waits for its read fences.
+const fenceGrace = int64(2e9)
+
 type fetchOp struct {
-	sl    *slot
-	req   *kmsg.FetchRequest
-	dl    int64
-	chans []<-chan struct{}
+	sl      *slot
+	req     *kmsg.FetchRequest
+	dl      int64
+	chans   []<-chan struct{}
+	fences  map[string]ReadFence // by topic; nil entry: not led here at arrival
+	fenceDL int64
+}
+
+// fencing returns the Done channels of the fences still pending.
+func (op *fetchOp) fencing() []<-chan struct{} {
+	var chans []<-chan struct{}
+	for _, t := range op.req.Topics {
+		if f := op.fences[t.Topic]; f != nil {
+			select {
+			case <-f.Done():
+			default:
+				chans = append(chans, f.Done())
+			}
+		}
+	}
+	return chans
 }
 
 // evaluate reads every partition; it answers when final, when any partition
-// has an error, or when min_bytes are there; otherwise it parks.
+// has an error, or when min_bytes are there; otherwise it parks. Nothing is
+// read before the read fences pass (or fail, or time out).
 func (op *fetchOp) evaluate(s *Session, now int64, final bool) {
-	resp, n, errs, chans := s.readFetch(op.req, op.sl.version)
+	if pending := op.fencing(); len(pending) > 0 && now < op.fenceDL {
+		op.chans = pending
+		op.sl.op = op
+		return
+	}
+	resp, n, errs, chans := s.readFetch(op.req, op.sl.version, op.fences)
 	if final || errs || int64(n) >= int64(op.req.MinBytes) || now >= op.dl {
 		s.finish(op.sl, resp)
 		return
@@ -85,7 +124,7 @@ func (op *fetchOp) poll(s *Session, now int64) {
 	if op.sl.done {
 		return
 	}
-	if now >= op.dl {
+	if now >= op.dl && (now >= op.fenceDL || len(op.fencing()) == 0) {
 		op.evaluate(s, now, true)
 		return
 	}
@@ -103,6 +142,9 @@ func (op *fetchOp) deadline() int64 {
 	if op.sl.done {
 		return 0
 	}
+	if len(op.fencing()) > 0 {
+		return op.fenceDL
+	}
 	return op.dl
 }
 
@@ -116,7 +158,7 @@ func (op *fetchOp) waits() []<-chan struct{} {
 // readFetch builds the response from the current state: it returns the
 // response, the record bytes in it, whether any partition has an error, and
 // the change channels of the partitions read.
-func (s *Session) readFetch(req *kmsg.FetchRequest, v int16) (*kmsg.FetchResponse, int, bool, []<-chan struct{}) {
+func (s *Session) readFetch(req *kmsg.FetchRequest, v int16, fences map[string]ReadFence) (*kmsg.FetchResponse, int, bool, []<-chan struct{}) {
 	resp := kmsg.NewPtrFetchResponse()
 	budget := math.MaxInt32
 	if v >= 3 {
@@ -136,7 +178,7 @@ func (s *Session) readFetch(req *kmsg.FetchRequest, v int16) (*kmsg.FetchRespons
 			if v >= 4 && req.IsolationLevel == 1 {
 				rp.AbortedTransactions = []kmsg.FetchResponseTopicPartitionAbortedTransaction{}
 			}
-			data, code, ch := s.readPartition(&rp, t.Topic, p, v, budget, total == 0 || v < 3)
+			data, code, ch := s.readPartition(&rp, t.Topic, p, v, budget, total == 0 || v < 3, fences[t.Topic])
 			if ch != nil {
 				chans = append(chans, ch)
 			}
@@ -157,13 +199,24 @@ func (s *Session) readFetch(req *kmsg.FetchRequest, v int16) (*kmsg.FetchRespons
 	return resp, total, errs, chans
 }
 
-func (s *Session) readPartition(rp *kmsg.FetchResponseTopicPartition, topic string, p kmsg.FetchRequestTopicPartition, v int16, budget int, atLeastOne bool) ([]byte, int16, <-chan struct{}) {
+func (s *Session) readPartition(rp *kmsg.FetchResponseTopicPartition, topic string, p kmsg.FetchRequestTopicPartition, v int16, budget int, atLeastOne bool, fence ReadFence) ([]byte, int16, <-chan struct{}) {
 	if _, ok := s.be.Stream(topic); !ok || p.Partition != 0 {
 		return nil, errUnknownTopicOrPartition, nil
 	}
 	view, err := s.be.Log(topic)
 	if err != nil {
 		return nil, errorCode(err, 0), nil
+	}
+	if fence == nil { // became leader after the request arrived: not confirmed
+		return nil, errNotLeaderForPartition, nil
+	}
+	select {
+	case <-fence.Done():
+		if err := fence.Err(); err != nil {
+			return nil, errorCode(err, 0), nil
+		}
+	default: // timed out waiting for a quorum
+		return nil, errNotLeaderForPartition, nil
 	}
 	ch := view.Changed() // before reading what we wait on
 	hwm, start := view.HighWatermark(), view.StartOffset()

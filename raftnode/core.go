@@ -11,6 +11,7 @@
 package raftnode
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"slices"
@@ -307,6 +308,28 @@ func (c *Core) proposeNow(g *group, qs []queuedProposal) {
 	c.drain(g)
 }
 
+// ReadIndex asks the group's leader to confirm it still leads (a heartbeat
+// round with a quorum). The result is a Complete with the same id whose
+// Index is the read index: once the group has applied it, a read of the
+// local state is linearizable. Fails with ErrNotLeader on a follower or
+// when leadership changes first.
+func (c *Core) ReadIndex(group uint64, id ProposalID) {
+	g, ok := c.groups[group]
+	if !ok {
+		c.emit(Complete{Group: group, ID: id, Err: ErrUnknownGroup})
+		return
+	}
+	if g.role != raft.StateLeader {
+		c.emit(Complete{Group: group, ID: id, Err: ErrNotLeader})
+		return
+	}
+	var ctx [8]byte
+	binary.BigEndian.PutUint64(ctx[:], uint64(id))
+	g.reads = append(g.reads, id)
+	g.rn.ReadIndex(ctx[:])
+	c.drain(g)
+}
+
 // TransferLeader asks the group's leader to hand leadership to peer to.
 func (c *Core) TransferLeader(group, to uint64) {
 	if g, ok := c.groups[group]; ok {
@@ -419,6 +442,16 @@ func (c *Core) handleReady(g *group, rd raft.Ready) {
 	if rd.SoftState != nil {
 		c.noteSoftState(g, rd.SoftState)
 	}
+	for _, rs := range rd.ReadStates {
+		if len(rs.RequestCtx) != 8 {
+			continue
+		}
+		id := ProposalID(binary.BigEndian.Uint64(rs.RequestCtx))
+		if i := slices.Index(g.reads, id); i >= 0 {
+			g.reads = slices.Delete(g.reads, i, i+1)
+			c.emit(Complete{Group: g.id, ID: id, Index: rs.Index})
+		}
+	}
 	if c.cfg.SyncWrites {
 		c.handleSyncReady(g, rd)
 		return
@@ -470,6 +503,13 @@ func (c *Core) sendAll(g *group, msgs []*raftpb.Message) {
 }
 
 func (c *Core) noteSoftState(g *group, ss *raft.SoftState) {
+	if ss.RaftState != raft.StateLeader {
+		// raft drops pending read requests when leadership goes; say so.
+		for _, id := range g.reads {
+			c.emit(Complete{Group: g.id, ID: id, Err: ErrNotLeader})
+		}
+		g.reads = nil
+	}
 	g.role = ss.RaftState
 	g.lead = ss.Lead
 	c.emit(LeaderChanged{Group: g.id, Leader: ss.Lead, Term: g.rn.BasicStatus().GetTerm(), Role: ss.RaftState.String()})

@@ -33,6 +33,7 @@ type group struct {
 	// persisted.
 	queued    []queuedProposal
 	appending int
+	reads     []ProposalID // ReadIndex requests raft has not answered
 	waiting   *raft.Ready
 }
 
@@ -141,6 +142,10 @@ func (g *group) failAll(c *Core, err error) {
 	for _, q := range g.queued {
 		c.emit(Complete{Group: g.id, ID: q.id, Err: err})
 	}
+	for _, id := range g.reads {
+		c.emit(Complete{Group: g.id, ID: id, Err: err})
+	}
+	g.reads = nil
 	g.pending = map[uint64][]pending{}
 	g.queued = nil
 	g.uncommitted = 0

@@ -81,6 +81,11 @@ type Host struct {
 
 	stop chan struct{}
 	wg   sync.WaitGroup
+
+	// Read fences by group. Rounds start only on the core goroutine; fmu
+	// covers the stop path, which finishes them from elsewhere.
+	fmu    sync.Mutex
+	fences map[uint64]*fenceRound
 }
 
 // Completion is the outcome of a proposal submitted with ProposeAsync.
@@ -97,6 +102,7 @@ type groupView struct {
 	term        uint64
 	role        string
 	hwm         int64
+	applied     uint64
 	appliedTerm uint64
 	changed     chan struct{}
 }
@@ -122,6 +128,7 @@ func NewHost(cfg HostConfig) *Host {
 		futures: map[ProposalID]func(Result, error){},
 		status:  map[uint64]*groupView{},
 		stop:    make(chan struct{}),
+		fences:  map[uint64]*fenceRound{},
 	}
 	h.wg.Add(2)
 	go h.runCore()
@@ -488,10 +495,13 @@ func isFollowerMsg(t raftpb.MessageType) bool {
 func (h *Host) publishApplied(e Applied) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if v, ok := h.status[e.Group]; ok && (v.hwm != e.HighWatermark || v.appliedTerm != e.Term) {
-		v.hwm, v.appliedTerm = e.HighWatermark, e.Term
-		close(v.changed)
-		v.changed = make(chan struct{})
+	if v, ok := h.status[e.Group]; ok {
+		v.applied = e.Index
+		if v.hwm != e.HighWatermark || v.appliedTerm != e.Term {
+			v.hwm, v.appliedTerm = e.HighWatermark, e.Term
+			close(v.changed)
+			v.changed = make(chan struct{})
+		}
 	}
 }
 

@@ -161,6 +161,8 @@ func (v logView) OffsetForTime(ts int64) (int64, int64, error) {
 	return off, maxTimestamp(bs[0].Data), nil
 }
 
+func (v logView) Fence() kafka.ReadFence { return v.h.Fence(v.group) }
+
 func (v logView) Changed() <-chan struct{} {
 	_, ch, ok := v.h.HighWatermark(v.group)
 	if !ok {

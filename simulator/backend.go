@@ -120,6 +120,8 @@ func (l *logView) OffsetForTime(ts int64) (int64, int64, error) {
 
 func (l *logView) Changed() <-chan struct{} { return l.v.changed }
 
+func (l *logView) Fence() kafka.ReadFence { return l.n.fence(l.g) }
+
 // sconn is the server end of one simulated connection: a kafka.Session
 // driven like the TCP driver drives it (Receive, ProduceDone, Poll, Take).
 type sconn struct {

@@ -17,18 +17,15 @@ const shortSeeds = 12
 
 // batch accumulates the figures of a batch of seeds.
 type batch struct {
-	seeds, failed, known, ops int
-	sim, wall                 time.Duration
-	faults                    map[string]int
-	start                     time.Time
+	seeds, failed, ops int
+	sim, wall          time.Duration
+	faults             map[string]int
+	start              time.Time
 }
 
 func (b *batch) add(r *Result) {
 	b.seeds++
-	switch {
-	case !r.OK && r.Known != "":
-		b.known++
-	case !r.OK:
+	if !r.OK {
 		b.failed++
 	}
 	b.ops += r.Ops
@@ -42,8 +39,8 @@ func (b *batch) add(r *Result) {
 func (b *batch) summary() string {
 	var sb strings.Builder
 	el := time.Since(b.start)
-	fmt.Fprintf(&sb, "%d seeds, %d failed, %d known-limitation, %d ops checked, %v simulated in %v: %.1f simulated s per wall s, %.1f seeds per minute\n",
-		b.seeds, b.failed, b.known, b.ops, b.sim.Round(time.Second), el.Round(time.Second), b.sim.Seconds()/el.Seconds(), float64(b.seeds)/el.Minutes())
+	fmt.Fprintf(&sb, "%d seeds, %d failed, %d ops checked, %v simulated in %v: %.1f simulated s per wall s, %.1f seeds per minute\n",
+		b.seeds, b.failed, b.ops, b.sim.Round(time.Second), el.Round(time.Second), b.sim.Seconds()/el.Seconds(), float64(b.seeds)/el.Minutes())
 	keys := make([]string, 0, len(b.faults))
 	for k := range b.faults {
 		keys = append(keys, k)
@@ -100,10 +97,7 @@ func TestSimBatch(t *testing.T) {
 		}
 	}
 	b := runBatch(t, *flagStart, count, budget, nil, func(r *Result) bool {
-		if !r.OK && r.Known != "" {
-			t.Logf("seed %d: known limitation: %s (%d stale serves); replay: %s", r.Seed, r.Known, r.StaleServes, replayCmd(baseConfig(r.Seed)))
-			fmt.Fprintf(os.Stderr, "sim: seed %d: known limitation: %s; replay: %s\n", r.Seed, r.Known, replayCmd(baseConfig(r.Seed)))
-		} else if !r.OK {
+		if !r.OK {
 			report(t, r)
 			cfg := baseConfig(r.Seed)
 			t.Errorf("seed %d FAILED: %s\n    replay: %s", r.Seed, r.Failures[0], replayCmd(cfg))

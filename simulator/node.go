@@ -38,6 +38,7 @@ type node struct {
 
 	grp     map[uint64]*gview
 	futures map[raftnode.ProposalID]func(int64, error)
+	reads   map[raftnode.ProposalID]func(uint64, error) // ReadIndex requests
 	// Canary ack-before-commit: produces acknowledged once the entry at
 	// index is locally durable, by group.
 	early      map[uint64]map[uint64]func(int64, error)
@@ -55,8 +56,52 @@ type gview struct {
 	leader, term uint64
 	role         string
 	hwm          int64
+	applied      uint64
 	appliedTerm  uint64
 	changed      chan struct{}
+	fences       []waitingFence // read index known, not yet applied
+}
+
+type waitingFence struct {
+	index uint64
+	f     *simFence
+}
+
+// simFence is the simulator's kafka.ReadFence: a ReadIndex round through
+// the node's core, passed once the read index is applied (like the Host's).
+type simFence struct {
+	done chan struct{}
+	err  error
+}
+
+func (f *simFence) Done() <-chan struct{} { return f.done }
+func (f *simFence) Err() error            { return f.err }
+
+// fence starts a leadership confirmation for a read of group.
+func (n *node) fence(group uint64) *simFence {
+	f := &simFence{done: make(chan struct{})}
+	n.s.nextProp++
+	id := n.s.nextProp
+	n.reads[id] = func(index uint64, err error) {
+		g := n.grp[group]
+		switch {
+		case err != nil:
+			f.err = err
+			close(f.done)
+		case g != nil && g.applied >= index:
+			close(f.done)
+		case g != nil:
+			g.fences = append(g.fences, waitingFence{index: index, f: f})
+			return
+		default:
+			f.err = kafka.ErrNotLeader
+			close(f.done)
+		}
+		n.woke = true
+	}
+	n.core.ReadIndex(group, id)
+	n.route()
+	return f
 }
 
 func (g *gview) bump() {
@@ -105,6 +150,7 @@ func (n *node) start() error {
 	n.down, n.paused, n.held = false, false, nil
 	n.work, n.diskBusy = nil, false
 	n.futures = map[raftnode.ProposalID]func(int64, error){}
+	n.reads = map[raftnode.ProposalID]func(uint64, error){}
 	n.early = map[uint64]map[uint64]func(int64, error){}
 	n.lastAppend = map[uint64]uint64{}
 	n.grp = map[uint64]*gview{}
@@ -146,7 +192,7 @@ func (n *node) stop(powerLoss bool) {
 	n.down = true
 	n.inc++
 	n.core, n.logs, n.work, n.held = nil, nil, nil, nil
-	n.futures, n.early, n.pendingFx = nil, nil, nil
+	n.futures, n.reads, n.early, n.pendingFx = nil, nil, nil, nil
 	n.diskBusy, n.paused = false, false
 	conns := n.conns
 	n.conns = nil
@@ -189,6 +235,19 @@ func (n *node) route() {
 			n.work = append(n.work, e)
 		case raftnode.Applied:
 			n.work = append(n.work, e)
+			if g := n.grp[e.Group]; g != nil {
+				g.applied = e.Index
+				kept := g.fences[:0]
+				for _, w := range g.fences {
+					if w.index <= e.Index {
+						close(w.f.done)
+						n.woke = true
+					} else {
+						kept = append(kept, w)
+					}
+				}
+				g.fences = kept
+			}
 			if g := n.grp[e.Group]; g != nil && (g.hwm != e.HighWatermark || g.appliedTerm != e.Term) {
 				if e.HighWatermark < g.hwm && e.Term == g.appliedTerm {
 					s.failf("n%d group %d: high watermark went back from %d to %d", n.id, e.Group, g.hwm, e.HighWatermark)
@@ -198,6 +257,11 @@ func (n *node) route() {
 				n.woke = true
 			}
 		case raftnode.Complete:
+			if f := n.reads[e.ID]; f != nil {
+				delete(n.reads, e.ID)
+				f(e.Index, e.Err)
+				continue
+			}
 			if f := n.futures[e.ID]; f != nil {
 				delete(n.futures, e.ID)
 				f(e.BaseOffset, e.Err)

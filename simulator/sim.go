@@ -75,16 +75,11 @@ type Result struct {
 	Faults    map[string]int
 	Buggify   []string
 	Check     *checker.Result
-	// Known names a known limitation that explains every failure (the run
-	// is not OK, but the batch does not fail on it): see docs/simulation.md.
-	Known string
-	// StaleServes counts fetches served by a leader that had been deposed.
+	// StaleServes counts reads of the high watermark by a leader after a
+	// newer term had a leader. They are legal when the read's fence passed
+	// before the deposition; the checker says whether any was stale.
 	StaleServes int
 }
-
-// KnownStaleRead: without ReadIndex, a deposed leader that has not noticed
-// yet serves a stale high watermark.
-const KnownStaleRead = "stale read by a deposed leader (reads are not ReadIndex-gated)"
 
 // Sim is one run's world.
 type Sim struct {
@@ -755,15 +750,6 @@ func (s *Sim) run(res *Result) {
 	res.Failures = s.failures
 	res.OK = len(s.failures) == 0
 	res.StaleServes = s.staleServes
-	if !res.OK && s.staleServes > 0 {
-		known := true
-		for _, f := range s.failures {
-			known = known && strings.HasSuffix(f, "not linearizable (porcupine Illegal)")
-		}
-		if known {
-			res.Known = KnownStaleRead
-		}
-	}
 	w.record("END ok=%v ops=%d", res.OK, res.Ops)
 }
 

@@ -61,8 +61,8 @@ func TestSim(t *testing.T) {
 	}
 	res := runSeed(t, cfg)
 	report(t, res)
-	if !res.OK && res.Known != "" {
-		t.Logf("known limitation: %s (%d stale serves)", res.Known, res.StaleServes)
+	if res.StaleServes > 0 {
+		t.Logf("%d high watermark reads by a deposed leader (fenced before it was deposed)", res.StaleServes)
 	}
 	if !res.OK {
 		t.Fatalf("seed %d failed; checker report in %s", res.Seed, cfg.OutDir)

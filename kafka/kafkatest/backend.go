@@ -335,6 +335,17 @@ func (st *Stream) OffsetForTime(ts int64) (int64, int64, error) {
 	return -1, -1, nil
 }
 
+// Fence passes at once: the in-memory backend has one copy of each stream
+// and leadership only changes when a test says so.
+func (st *Stream) Fence() kafka.ReadFence { return passedFence{} }
+
+type passedFence struct{}
+
+var closedCh = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
+
+func (passedFence) Done() <-chan struct{} { return closedCh }
+func (passedFence) Err() error            { return nil }
+
 var _ kafka.Backend = (*Backend)(nil)
 var _ kafka.LogView = (*Stream)(nil)
 
