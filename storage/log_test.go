@@ -690,3 +690,51 @@ func TestRecordFormatIsDeterministic(t *testing.T) {
 	}
 	require.True(t, bytes.Equal(run(), run()))
 }
+
+// An install that fails part way (the source dies) must leave a log raft
+// can restart from: commit never beyond the last index.
+func TestInterruptedInstallKeepsCommitInRange(t *testing.T) {
+	mem := vfs.NewMem()
+	opts := memOpts(mem)
+	l := openMem(t, opts)
+	require.NoError(t, l.Bootstrap(&pb.ConfState{Voters: []uint64{1, 2, 3}}))
+	for i := uint64(2); i <= 50; i++ {
+		require.NoError(t, l.Write([]*pb.Entry{userEnt(i, 1, 1, 10, int64(i))}, hardState(1, 1, i)))
+	}
+	_, err := l.Sync()
+	require.NoError(t, err)
+
+	// A leader's snapshot at 200 whose log starts at 100 (it deleted 2..99).
+	d := snapDesc{first: 100, prevTerm: 2, start: 98, confs: []confEntry{{index: 99, cs: &pb.ConfState{Voters: []uint64{1, 2, 3}}}}}
+	data, err := d.encode()
+	require.NoError(t, err)
+	snap := &pb.Snapshot{Metadata: &pb.SnapshotMetadata{Index: new(uint64(200)), Term: new(uint64(2)),
+		ConfState: &pb.ConfState{Voters: []uint64{1, 2, 3}}}, Data: data}
+	calls := 0
+	err = l.InstallSnapshot(snap, func(from, to uint64) ([]*pb.Entry, error) {
+		calls++
+		if calls > 1 {
+			return nil, errors.New("source died")
+		}
+		var ents []*pb.Entry
+		for i := from; i < from+10; i++ {
+			ents = append(ents, userEnt(i, 2, 1, 10, int64(i)))
+		}
+		return ents, nil
+	})
+	require.ErrorContains(t, err, "source died")
+	require.NoError(t, l.Close())
+
+	for _, crash := range []func(){func() {}, mem.CrashClean} {
+		crash()
+		l = openMem(t, opts)
+		hs, _, err := l.InitialState()
+		require.NoError(t, err)
+		fi, _ := l.FirstIndex()
+		li, _ := l.LastIndex()
+		require.Equal(t, uint64(100), fi, "the log restarts where the leader's starts")
+		require.LessOrEqual(t, hs.GetCommit(), li, "commit within the log")
+		require.GreaterOrEqual(t, hs.GetCommit(), fi-1)
+		require.NoError(t, l.Close())
+	}
+}

@@ -192,8 +192,9 @@ func (l *Log) reset(d snapDesc, snapTerm uint64) error {
 	}
 	st := l.st
 	st.term = max(st.term, snapTerm, d.prevTerm)
-	st.commit = max(st.commit, d.first-1)
-	st.applied, st.maxTs = d.first-1, -1
+	// The old entries are gone: commit and applied restart at the new log's
+	// start (raft requires commit <= last index; both are hints it re-learns).
+	st.commit, st.applied, st.maxTs = d.first-1, d.first-1, -1
 	m := l.meta
 	m.retFirst, m.retPrevTerm, m.retStart, m.logStart = d.first, d.prevTerm, d.start, d.logStart
 	m.confs = nil
