@@ -698,17 +698,17 @@ func TestInterruptedInstallKeepsCommitInRange(t *testing.T) {
 	opts := memOpts(mem)
 	l := openMem(t, opts)
 	require.NoError(t, l.Bootstrap(&pb.ConfState{Voters: []uint64{1, 2, 3}}))
-	for i := uint64(2); i <= 50; i++ {
+	for i := uint64(2); i <= 300; i++ { // committed far beyond where the copy will stop
 		require.NoError(t, l.Write([]*pb.Entry{userEnt(i, 1, 1, 10, int64(i))}, hardState(1, 1, i)))
 	}
 	_, err := l.Sync()
 	require.NoError(t, err)
 
-	// A leader's snapshot at 200 whose log starts at 100 (it deleted 2..99).
+	// A leader's snapshot at 400 whose log starts at 100 (it deleted 2..99).
 	d := snapDesc{first: 100, prevTerm: 2, start: 98, confs: []confEntry{{index: 99, cs: &pb.ConfState{Voters: []uint64{1, 2, 3}}}}}
 	data, err := d.encode()
 	require.NoError(t, err)
-	snap := &pb.Snapshot{Metadata: &pb.SnapshotMetadata{Index: new(uint64(200)), Term: new(uint64(2)),
+	snap := &pb.Snapshot{Metadata: &pb.SnapshotMetadata{Index: new(uint64(400)), Term: new(uint64(2)),
 		ConfState: &pb.ConfState{Voters: []uint64{1, 2, 3}}}, Data: data}
 	calls := 0
 	err = l.InstallSnapshot(snap, func(from, to uint64) ([]*pb.Entry, error) {
