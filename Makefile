@@ -6,7 +6,7 @@ PKGS      := ./...
 RACE_PKGS := ./vfs/... ./storage/... ./raftnode/... ./kafka/... ./checker/... ./failpoints/...
 TEST_TIMEOUT ?= 20m
 
-.PHONY: all build test test-race run bench bench-e2e lint clean fuzz sim
+.PHONY: all build test test-race run bench bench-storage bench-replication bench-e2e lint clean fuzz sim
 
 all: build
 
@@ -21,8 +21,15 @@ test: lint
 run: build
 	$(BIN)/vdl dev
 
-bench: bench-e2e
-	$(GO) test -run '^$$' -bench . -benchtime 2x ./storage/...
+# Figures beside the machine's own limits, measured in the same run
+# (docs/storage.md, docs/replication.md, docs/performance.md).
+bench: bench-storage bench-replication bench-e2e
+
+bench-storage:
+	$(GO) test -count=1 -run '^$$' -bench . -benchtime 1s ./storage/
+
+bench-replication:
+	$(GO) test -count=1 -run '^$$' -bench . -benchtime 20000x -timeout 20m ./raftnode/clustertest/
 
 # End-to-end: a local 3-process cluster, franz-go producers and consumers,
 # beside the raw disk limit (docs/performance.md). VDL_BENCH_SECONDS (20),
