@@ -9,6 +9,9 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/pingcap/failpoint"
+
+	"github.com/vdl-project/vdl/failpoints"
 	"github.com/vdl-project/vdl/vfs"
 )
 
@@ -45,6 +48,12 @@ func (l *Log) corrupt(file string, pos int64, format string, args ...any) error 
 }
 
 func (l *Log) recover() error {
+	failpoint.Inject("beforeRecovery", func(val failpoint.Value) {
+		failpoints.Hit("storage/beforeRecovery")
+		if failpoints.Bool(val) || failpoints.EIO(val) {
+			failpoint.Return(fmt.Errorf("storage: recovering %s: %w", l.dir, failpoints.IOError()))
+		}
+	})
 	fsys, dir := l.fs, l.dir
 	if err := fsys.MkdirAll(dir); err != nil {
 		return err
@@ -251,6 +260,10 @@ func (l *Log) recoverActive() error {
 	applied := st.applied
 	if n := len(l.confs); n > 0 && l.confs[n-1].index > applied && l.confs[n-1].index <= s.last {
 		applied = l.confs[n-1].index
+		// The conf change was applied, so it was committed: raft requires
+		// applied <= commit at restart, and the hard state that said so may
+		// not have been synced before the crash (simulator seed 1212).
+		l.st.commit = max(l.st.commit, applied)
 	}
 	l.durableApplied.Store(applied)
 	if s.cap < l.segSize {
