@@ -52,10 +52,21 @@ clean:
 FAILPOINT_BIN  ?= $(BIN)/failpoint
 FAILPOINT_PKGS ?= ./cmd/...
 
-.PHONY: build-failpoint check-no-failpoint-rewrites
+.PHONY: build-failpoint check-no-failpoint-rewrites test-failpoints bench-failpoints
 
 build-failpoint:
 	GO=$(GO) scripts/build-failpoint.sh $(FAILPOINT_BIN) $(FAILPOINT_PKGS)
+
+# Every registered failpoint enabled on a running failpoint-build cluster,
+# and the production build guarantee (no names, 404, same machine code).
+test-failpoints:
+	$(GO) test -count=1 -timeout 15m ./failpointtest/
+
+# Produce MB/s of the production vdl with markers vs. the same tree with the
+# markers removed (alternating runs, ratio). VDL_FPBENCH_SECONDS (10),
+# VDL_FPBENCH_PRODUCERS (4), VDL_FPBENCH_ROUNDS (2).
+bench-failpoints:
+	$(GO) test -count=1 -run '^$$' -bench '^BenchmarkProduceMarkers$$' -benchtime 1x -timeout 15m ./failpointtest/
 
 # CI guard: no failpoint-ctl leftovers (stash files, binding files, rewritten
 # markers) may be committed.

@@ -21,6 +21,13 @@ var ErrIO = fmt.Errorf("failpoint: injected I/O error: %w", syscall.EIO)
 // IOError returns the injected I/O error (ErrIO, which wraps syscall.EIO).
 func IOError() error { return ErrIO }
 
+// EIO reports whether the term's value asks for an I/O error: return("eio").
+// Markers that can fail their function return IOError() then.
+func EIO(v any) bool {
+	s, ok := v.(string)
+	return ok && s == "eio"
+}
+
 // Crash ends the process at once, like kill -9: it sends SIGKILL to itself.
 // No deferred function, no recover, no exit handler and no buffered-writer
 // flush runs; the kernel just drops the process, as in a power cut of the

@@ -10,6 +10,10 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/pingcap/failpoint"
+
+	"github.com/vdl-project/vdl/failpoints"
 )
 
 // Server is the TCP driver of the Kafka front end. Per connection it runs a
@@ -283,6 +287,13 @@ func (c *conn) loop() {
 		}
 		select {
 		case f := <-frames:
+			failpoint.Inject("beforeRequest", func(val failpoint.Value) {
+				failpoints.Hit("kafka/beforeRequest")
+				if failpoints.Bool(val) {
+					c.log.Warn("kafka connection dropped by failpoint")
+					failpoint.Return()
+				}
+			})
 			sess.Receive(c.s.now(), f)
 		case <-c.csig:
 			c.mu.Lock()
@@ -292,6 +303,14 @@ func (c *conn) loop() {
 			now := c.s.now()
 			for _, cp := range cs {
 				sess.ProduceDone(now, cp)
+			}
+			if len(cs) > 0 {
+				failpoint.Inject("afterCommitBeforeResponse", func(val failpoint.Value) {
+					failpoints.Hit("kafka/afterCommitBeforeResponse")
+					if failpoints.Bool(val) {
+						failpoints.Crash()
+					}
+				})
 			}
 		case <-c.wake:
 			for ch := range watched {

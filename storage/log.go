@@ -6,10 +6,12 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/pingcap/failpoint"
 	"go.etcd.io/raft/v3"
 	pb "go.etcd.io/raft/v3/raftpb"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/vdl-project/vdl/failpoints"
 	"github.com/vdl-project/vdl/vfs"
 )
 
@@ -168,6 +170,16 @@ func (l *Log) Sync() (Synced, error) {
 		}
 	}
 	act := l.active()
+	failpoint.Inject("beforeSync", func(val failpoint.Value) {
+		failpoints.Hit("storage/beforeSync")
+		if failpoints.Bool(val) {
+			failpoints.Crash()
+		}
+		if failpoints.EIO(val) {
+			// As a failed fsync: the log is unusable from now on.
+			failpoint.Return(Synced{}, l.fail(failpoints.IOError()))
+		}
+	})
 	if err := act.f.Sync(); err != nil {
 		return Synced{}, l.fail(err)
 	}
@@ -177,6 +189,12 @@ func (l *Log) Sync() (Synced, error) {
 		}
 		l.dirDirty = false
 	}
+	failpoint.Inject("afterSync", func(val failpoint.Value) {
+		failpoints.Hit("storage/afterSync")
+		if failpoints.Bool(val) {
+			failpoints.Crash()
+		}
+	})
 	if l.st.applied > l.durableApplied.Load() {
 		l.durableApplied.Store(l.st.applied)
 	}

@@ -6,6 +6,9 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/pingcap/failpoint"
+
+	"github.com/vdl-project/vdl/failpoints"
 	"github.com/vdl-project/vdl/vfs"
 )
 
@@ -93,6 +96,16 @@ func (s *segment) writeIndexFiles(fsys vfs.FS, stream uint64, ridx []ridxEnt, li
 	if err != nil {
 		return err
 	}
+	failpoint.Inject("indexFlush", func(val failpoint.Value) {
+		failpoints.Hit("storage/indexFlush")
+		if failpoints.Bool(val) {
+			failpoints.Crash() // .ridx written, .lidx not: Open rebuilds them
+		}
+		if failpoints.EIO(val) {
+			_ = rf.Close()
+			failpoint.Return(failpoints.IOError())
+		}
+	})
 	lf, err := write(".lidx", encodeLidx(stream, s.hdr.first, lidx))
 	if err != nil {
 		_ = rf.Close()

@@ -3,8 +3,11 @@ package storage
 import (
 	"fmt"
 
+	"github.com/pingcap/failpoint"
 	"go.etcd.io/raft/v3"
 	pb "go.etcd.io/raft/v3/raftpb"
+
+	"github.com/vdl-project/vdl/failpoints"
 )
 
 // prepEnt is a validated entry on its way to disk.
@@ -197,9 +200,38 @@ func (l *Log) writeChunk(act *segment, ents []*pb.Entry, prep []prepEnt, stp *st
 		last, lastTerm, next = h.index, h.term, ce.next
 		o += int(recSize(n))
 	}
+	failpoint.Inject("beforeWrite", func(val failpoint.Value) {
+		failpoints.Hit("storage/beforeWrite")
+		if failpoints.Bool(val) {
+			failpoints.Crash()
+		}
+		if failpoints.EIO(val) {
+			failpoint.Return(failpoints.IOError())
+		}
+	})
+	failpoint.Inject("tornWrite", func(val failpoint.Value) {
+		failpoints.Hit("storage/tornWrite")
+		// return(true): half the chunk; return(n): its first n bytes.
+		torn := -1
+		if failpoints.Bool(val) {
+			torn = len(buf) / 2
+		} else if n, ok := failpoints.Int(val); ok && n >= 0 {
+			torn = min(n, len(buf)-1)
+		}
+		if torn >= 0 {
+			_, _ = act.f.WriteAt(buf[:torn], start)
+			failpoints.Crash()
+		}
+	})
 	if _, err := act.f.WriteAt(buf, start); err != nil {
 		return err
 	}
+	failpoint.Inject("afterWrite", func(val failpoint.Value) {
+		failpoints.Hit("storage/afterWrite")
+		if failpoints.Bool(val) {
+			failpoints.Crash()
+		}
+	})
 	if len(buf) >= writebackMin {
 		_ = act.f.StartWriteback(start, int64(len(buf))) // a hint only
 	}
@@ -233,6 +265,15 @@ func (l *Log) stateRecord(act *segment, st state) ([]byte, uint32) {
 // record of need bytes. The old segment is synced first so that no newer
 // segment ever holds durable data while an older one has a torn tail.
 func (l *Log) roll(need int64) error {
+	failpoint.Inject("segmentRoll", func(val failpoint.Value) {
+		failpoints.Hit("storage/segmentRoll")
+		if failpoints.Bool(val) {
+			failpoints.Crash()
+		}
+		if failpoints.EIO(val) {
+			failpoint.Return(failpoints.IOError())
+		}
+	})
 	old := l.active()
 	if err := old.f.Sync(); err != nil {
 		return err
