@@ -406,7 +406,11 @@ func (h *Host) runCore() {
 				break
 			}
 		}
-		h.dispatch(h.core.TakeEffects())
+		// Dispatching can cause more effects (a read fence round starting,
+		// say); carry them out now rather than at the next event.
+		for fx := h.core.TakeEffects(); len(fx) > 0; fx = h.core.TakeEffects() {
+			h.dispatch(fx)
+		}
 	}
 }
 
@@ -457,6 +461,7 @@ func (h *Host) dispatch(effects []Effect) {
 			})
 			h.work.push(e) // applied index is persisted after earlier conf states
 			h.publishApplied(e)
+			h.fenceApplied(e.Group, e.Index)
 			failpoint.Inject("afterApply", func(val failpoint.Value) {
 				failpoints.Hit("raftnode/afterApply")
 				if failpoints.Bool(val) {

@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/vdl-project/vdl/raftnode"
 )
 
 // scale picks a count: full normally, short under -short, race under the
@@ -126,4 +128,53 @@ func TestReplicate3Nodes(t *testing.T) {
 
 func TestReplicate5Nodes(t *testing.T) {
 	replicate(t, []uint64{1, 2, 3, 4, 5}, scale(20_000, 3_000, 2_000), 64)
+}
+
+// TestReadFence: fences pass on the leader (also when many are taken at
+// once and while entries are committed), fail on a follower, and fail on a
+// leader cut off from its peers.
+func TestReadFence(t *testing.T) {
+	c := New(t, Options{Nodes: []uint64{1, 2, 3}, Groups: []uint64{1}})
+	ctx := deadline(t, time.Minute)
+	produce(t, ctx, c, 1, 20, 4, 100, "f")
+	l, err := c.WaitLeader(ctx, 1)
+	require.NoError(t, err)
+	ld := c.StartLoad(1, 16, 100, "fence-load") // reads race with commits
+	defer stopLoad(t, ld)
+	for round := 0; round < 200; round++ {
+		var fs []*raftnode.Fence
+		for i := 0; i < 5; i++ {
+			fs = append(fs, l.Host().Fence(1))
+		}
+		for _, f := range fs {
+			select {
+			case <-f.Done():
+				require.NoError(t, f.Err())
+			case <-time.After(5 * time.Second):
+				t.Fatal("a read fence on the leader never passed")
+			}
+		}
+	}
+	for _, n := range c.Running() {
+		if n.ID == l.ID {
+			continue
+		}
+		f := n.Host().Fence(1)
+		select {
+		case <-f.Done():
+			require.ErrorIs(t, f.Err(), raftnode.ErrNotLeader)
+		case <-time.After(5 * time.Second):
+			t.Fatal("a fence on a follower must fail fast")
+		}
+	}
+	c.Isolate(l.ID)
+	f := l.Host().Fence(1)
+	select {
+	case <-f.Done():
+		require.Error(t, f.Err(), "a cut-off leader cannot confirm its leadership")
+	case <-time.After(3 * time.Second):
+		// Not passed is what matters: it must not pass while cut off.
+		require.False(t, f.Passed())
+	}
+	c.Heal()
 }
