@@ -145,3 +145,31 @@ func TestKafkaGoGroupReader(t *testing.T) {
 	require.Equal(t, all[:20], read(20))
 	require.Equal(t, all[20:], read(20), "resumes at the committed offset")
 }
+
+// TestFranzGoDefaultBalancerGroup: franz-go's default (cooperative-sticky)
+// group consumer on a real cluster: consume and commit, stop, restart →
+// resume at the committed offset.
+func TestFranzGoDefaultBalancerGroup(t *testing.T) {
+	c := StartCluster(t, Options{})
+	c.WaitLeader("s1", 20*time.Second)
+	all := values(40, "coop-")
+	produceValues(t, c, all)
+	consume := func(n int) []string {
+		cl, err := kgo.NewClient(kgo.SeedBrokers(c.KafkaAddrs()...), kgo.ConsumerGroup("coop"), kgo.ConsumeTopics("s1"),
+			kgo.DisableAutoCommit(), kgo.FetchMaxWait(200*time.Millisecond), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+		require.NoError(t, err)
+		defer cl.Close() // leaves the group
+		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+		defer cancel()
+		var got []string
+		for len(got) < n {
+			fs := cl.PollRecords(ctx, n-len(got))
+			require.NoError(t, ctx.Err(), "got %d of %d", len(got), n)
+			fs.EachRecord(func(r *kgo.Record) { got = append(got, string(r.Value)) })
+			require.NoError(t, cl.CommitUncommittedOffsets(ctx))
+		}
+		return got
+	}
+	require.Equal(t, all[:25], consume(25))
+	require.Equal(t, all[25:], consume(15), "resumes at the committed offset")
+}
