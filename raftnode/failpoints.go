@@ -11,12 +11,12 @@ func init() {
 	failpoints.Register(
 		failpoints.Def{
 			Name:   "raftnode/beforeSave",
-			Place:  "raftnode/host.go (*Host).applyBatch: before an Append's Write to the log (append worker)",
+			Place:  "raftnode/host.go (*Host).writeBatch: before an Append's Write to the log (append writer)",
 			Effect: "return(true): crash before the entries and hard state are written; sleep(ms): delay the save (and every append behind it)",
 		},
 		failpoints.Def{
 			Name:   "raftnode/afterSave",
-			Place:  "raftnode/host.go (*Host).applyBatch: after Write+Sync of a batch of appends, before raft hears they are durable",
+			Place:  "raftnode/host.go afterSave (append syncer): after the Sync of a batch of appends, before raft hears they are durable",
 			Effect: "return(true): crash with the entries durable but not acknowledged; sleep(ms): delay the acknowledgement",
 		},
 		failpoints.Def{

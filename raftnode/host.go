@@ -525,28 +525,128 @@ func (h *Host) complete(e Complete) {
 // appends, syncs each touched log once, and only then reports them done.
 func (h *Host) runAppends() {
 	defer h.wg.Done()
+	// The writer (this goroutine) and the syncer overlap: while the syncer
+	// fsyncs one batch, the writer encodes and writes the next. At most one
+	// written batch waits for the syncer.
+	jobs := make(chan syncJob, 1)
+	synced := make(chan struct{})
+	go h.runSyncs(jobs, synced)
+	defer func() {
+		close(jobs)
+		<-synced
+	}()
 	for {
 		batch, ok := h.work.takeAll()
 		if !ok {
 			return
 		}
-		if err := h.applyBatch(batch); err != nil {
-			h.log.Error("storage failed; stopping so nothing un-durable is acknowledged", "err", err)
-			h.fail(fmt.Errorf("%w: %v", ErrStopped, err))
+		job, err := h.writeBatch(batch, jobs)
+		if err == nil {
+			err = h.handOff(jobs, job)
+		}
+		if err != nil {
+			if !errors.Is(err, ErrStopped) {
+				h.log.Error("storage failed; stopping so nothing un-durable is acknowledged", "err", err)
+				h.fail(fmt.Errorf("%w: %v", ErrStopped, err))
+			}
 			return
 		}
 	}
 }
 
-func (h *Host) applyBatch(batch []Effect) error {
-	var done []Append
-	var touched []uint64
+// syncJob is a written batch: the logs to fsync, the appends to report
+// durable after that, and (for a barrier) a channel to close when done.
+type syncJob struct {
+	groups  []uint64
+	done    []Append
+	barrier chan struct{}
+}
+
+func (h *Host) handOff(jobs chan<- syncJob, job syncJob) error {
+	if len(job.groups) == 0 && len(job.done) == 0 && job.barrier == nil {
+		return nil
+	}
+	select {
+	case jobs <- job:
+		return nil
+	case <-h.stop:
+		return ErrStopped
+	}
+}
+
+// drain hands off what is written so far and waits until every written
+// batch is durable and reported.
+func (h *Host) drain(jobs chan<- syncJob, job *syncJob) error {
+	job.barrier = make(chan struct{})
+	if err := h.handOff(jobs, *job); err != nil {
+		return err
+	}
+	select {
+	case <-job.barrier:
+	case <-h.stop:
+		return ErrStopped
+	}
+	*job = syncJob{}
+	return nil
+}
+
+// runSyncs fsyncs each written batch's logs once, then reports its appends
+// durable, in order.
+func (h *Host) runSyncs(jobs <-chan syncJob, synced chan<- struct{}) {
+	defer close(synced)
+	for job := range jobs {
+		for _, g := range job.groups {
+			l := h.logOf(g)
+			if l == nil {
+				continue
+			}
+			if _, err := l.Sync(); err != nil {
+				h.log.Error("storage failed; stopping so nothing un-durable is acknowledged", "group", g, "err", err)
+				h.fail(fmt.Errorf("%w: group %d: sync: %v", ErrStopped, g, err))
+				return
+			}
+		}
+		if len(job.done) > 0 {
+			afterSave()
+		}
+		for _, a := range job.done {
+			_ = h.do(func() { h.core.AppendDone(a.Group, a.Msg) })
+		}
+		if job.barrier != nil {
+			close(job.barrier)
+		}
+	}
+}
+
+// afterSave is the failpoint between making appends durable and telling
+// raft so.
+func afterSave() {
+	failpoint.Inject("afterSave", func(val failpoint.Value) {
+		failpoints.Hit("raftnode/afterSave")
+		if failpoints.Bool(val) {
+			failpoints.Crash()
+		}
+	})
+}
+
+// writeBatch writes a batch of effects in order and returns the sync job
+// for what it wrote. An append that truncates the log (a Raft conflict) or
+// installs a snapshot first waits until everything written before is
+// durable and reported: an acknowledgement sent later must not describe
+// entries that a later write already replaced.
+func (h *Host) writeBatch(batch []Effect, jobs chan<- syncJob) (syncJob, error) {
+	var job syncJob
 	for _, e := range batch {
 		switch e := e.(type) {
 		case Append:
 			l := h.logOf(e.Group)
 			if l == nil {
 				continue
+			}
+			if replaces(l, e.Msg) {
+				if err := h.drain(jobs, &job); err != nil {
+					return job, err
+				}
 			}
 			failpoint.Inject("beforeSave", func(val failpoint.Value) {
 				failpoints.Hit("raftnode/beforeSave")
@@ -555,16 +655,16 @@ func (h *Host) applyBatch(batch []Effect) error {
 				}
 			})
 			if err := h.writeAppend(l, e); err != nil {
-				return fmt.Errorf("group %d: %w", e.Group, err)
+				return job, fmt.Errorf("group %d: %w", e.Group, err)
 			}
-			done = append(done, e)
-			if !slices.Contains(touched, e.Group) {
-				touched = append(touched, e.Group)
+			job.done = append(job.done, e)
+			if !slices.Contains(job.groups, e.Group) {
+				job.groups = append(job.groups, e.Group)
 			}
 		case SaveConfState:
 			if l := h.logOf(e.Group); l != nil {
 				if err := l.ApplyConfState(e.Index, e.Conf); err != nil {
-					return fmt.Errorf("group %d: save conf state: %w", e.Group, err)
+					return job, fmt.Errorf("group %d: save conf state: %w", e.Group, err)
 				}
 			}
 		case Retain:
@@ -581,23 +681,21 @@ func (h *Host) applyBatch(batch []Effect) error {
 			}
 		}
 	}
-	for _, g := range touched {
-		if _, err := h.logOf(g).Sync(); err != nil {
-			return fmt.Errorf("group %d: sync: %w", g, err)
-		}
+	return job, nil
+}
+
+// replaces reports whether writing m replaces entries already written (a
+// conflict truncation) or the whole log (a snapshot).
+func replaces(l Log, m *raftpb.Message) bool {
+	if m.GetSnapshot().GetMetadata().GetIndex() != 0 {
+		return true
 	}
-	if len(done) > 0 {
-		failpoint.Inject("afterSave", func(val failpoint.Value) {
-			failpoints.Hit("raftnode/afterSave")
-			if failpoints.Bool(val) {
-				failpoints.Crash()
-			}
-		})
+	ents := m.GetEntries()
+	if len(ents) == 0 {
+		return false
 	}
-	for _, a := range done {
-		_ = h.do(func() { h.core.AppendDone(a.Group, a.Msg) })
-	}
-	return nil
+	last, err := l.LastIndex()
+	return err != nil || ents[0].GetIndex() <= last
 }
 
 func (h *Host) logOf(group uint64) Log {

@@ -40,6 +40,11 @@ type Log struct {
 
 	wmu sync.Mutex
 	mu  sync.RWMutex
+	// smu is held by Sync for its fdatasync, which runs without wmu so the
+	// writer can encode and write the next group while the disk flushes
+	// this one. Whatever closes or removes files (Close, DeleteBefore,
+	// reset) takes smu before wmu, so no file goes away under an fsync.
+	smu sync.Mutex
 
 	// Guarded by mu (changed with wmu and mu held).
 	closed bool
@@ -69,6 +74,8 @@ func (l *Log) active() *segment { return l.segs[len(l.segs)-1] }
 
 // Close releases the files. It does not sync: only Sync makes data durable.
 func (l *Log) Close() error {
+	l.smu.Lock()
+	defer l.smu.Unlock()
 	l.wmu.Lock()
 	defer l.wmu.Unlock()
 	l.mu.Lock()
@@ -155,21 +162,49 @@ func (l *Log) SetApplied(index uint64) { l.pendingApplied.Store(index) }
 // Applied returns the last applied index known to be durable.
 func (l *Log) Applied() uint64 { return l.durableApplied.Load() }
 
-// Sync makes everything written so far durable and says up to where.
+// Sync makes everything written before it was called durable and says up
+// to where. The fdatasync itself runs without the writer lock: Write may go
+// on meanwhile (what it writes is made durable by a later Sync).
 func (l *Log) Sync() (Synced, error) {
+	l.smu.Lock()
+	defer l.smu.Unlock()
 	l.wmu.Lock()
-	defer l.wmu.Unlock()
 	if err := l.checkWriter(); err != nil {
+		l.wmu.Unlock()
 		return Synced{}, err
 	}
 	if ap := l.pendingApplied.Load(); ap != l.st.applied {
 		st := l.st
 		st.applied = ap
 		if err := l.appendRecords(nil, nil, &st); err != nil {
+			l.wmu.Unlock()
 			return Synced{}, err
 		}
 	}
+	// Everything up to act.last is in act's file: earlier segments were
+	// synced when they were rolled.
 	act := l.active()
+	f, synced, applied, dirDirty := act.f, Synced{LastIndex: act.last, LastTerm: act.lastTerm}, l.st.applied, l.dirDirty
+	l.dirDirty = false
+	l.wmu.Unlock()
+
+	err := l.flush(f, dirDirty)
+
+	l.wmu.Lock()
+	defer l.wmu.Unlock()
+	if err != nil {
+		l.dirDirty = l.dirDirty || dirDirty
+		return Synced{}, l.fail(err)
+	}
+	if applied > l.durableApplied.Load() {
+		l.durableApplied.Store(applied)
+	}
+	return synced, nil
+}
+
+// flush is Sync's disk part: fdatasync the active file, then the directory
+// if files were created.
+func (l *Log) flush(f vfs.File, dirDirty bool) error {
 	failpoint.Inject("beforeSync", func(val failpoint.Value) {
 		failpoints.Hit("storage/beforeSync")
 		if failpoints.Bool(val) {
@@ -177,17 +212,16 @@ func (l *Log) Sync() (Synced, error) {
 		}
 		if failpoints.EIO(val) {
 			// As a failed fsync: the log is unusable from now on.
-			failpoint.Return(Synced{}, l.fail(failpoints.IOError()))
+			failpoint.Return(failpoints.IOError())
 		}
 	})
-	if err := act.f.Sync(); err != nil {
-		return Synced{}, l.fail(err)
+	if err := f.Sync(); err != nil {
+		return err
 	}
-	if l.dirDirty {
+	if dirDirty {
 		if err := l.fs.SyncDir(l.dir); err != nil {
-			return Synced{}, l.fail(err)
+			return err
 		}
-		l.dirDirty = false
 	}
 	failpoint.Inject("afterSync", func(val failpoint.Value) {
 		failpoints.Hit("storage/afterSync")
@@ -195,8 +229,5 @@ func (l *Log) Sync() (Synced, error) {
 			failpoints.Crash()
 		}
 	})
-	if l.st.applied > l.durableApplied.Load() {
-		l.durableApplied.Store(l.st.applied)
-	}
-	return Synced{LastIndex: act.last, LastTerm: act.lastTerm}, nil
+	return nil
 }

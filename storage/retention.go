@@ -8,6 +8,8 @@ import "fmt"
 // is recorded in the meta file before any file goes, so an interrupted
 // deletion is finished by the next Open.
 func (l *Log) DeleteBefore(offset int64) (int, error) {
+	l.smu.Lock()
+	defer l.smu.Unlock()
 	l.wmu.Lock()
 	defer l.wmu.Unlock()
 	if err := l.checkWriter(); err != nil {

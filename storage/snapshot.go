@@ -185,6 +185,8 @@ func (l *Log) InstallSnapshot(snap *pb.Snapshot, src EntrySource) error {
 // leaves segments with none at the retention point, which Open recognises
 // and finishes (see recover).
 func (l *Log) reset(d snapDesc, snapTerm uint64) error {
+	l.smu.Lock()
+	defer l.smu.Unlock()
 	l.wmu.Lock()
 	defer l.wmu.Unlock()
 	if err := l.checkWriter(); err != nil {
