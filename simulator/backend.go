@@ -2,6 +2,7 @@ package simulator
 
 import (
 	"encoding/binary"
+	"errors"
 	"fmt"
 
 	"github.com/vdl-project/vdl/kafka"
@@ -107,7 +108,20 @@ func (l *logView) HighWatermark() int64 {
 }
 
 func (l *logView) Read(offset, hwm int64, maxBytes int) ([]storage.Batch, error) {
-	return l.log.Read(offset, hwm, maxBytes)
+	bs, err := l.log.Read(offset, hwm, maxBytes)
+	if err != nil && errors.Is(err, storage.ErrCorrupt) {
+		// Detected: the process stops (after this request's turn).
+		n, s, inc := l.n, l.n.s, l.n.inc
+		s.w.after(0, nil, func() {
+			if n.inc == inc && !n.down {
+				s.detect(n, "read", err)
+			}
+		})
+	}
+	if err == nil && l.n.s.cfg.Canary == CanaryServeCorrupt && l.n.corrupted {
+		bs = serveCorrupt(bs)
+	}
+	return bs, err
 }
 
 func (l *logView) OffsetForTime(ts int64) (int64, int64, error) {

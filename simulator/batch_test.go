@@ -20,6 +20,8 @@ type batch struct {
 	seeds, failed, ops int
 	sim, wall          time.Duration
 	faults             map[string]int
+	detections         map[string]int
+	detected           int // seeds with a corruption detected
 	start              time.Time
 }
 
@@ -33,6 +35,12 @@ func (b *batch) add(r *Result) {
 	b.wall += r.Wall
 	for k, v := range r.Faults {
 		b.faults[k] += v
+	}
+	for k, v := range r.Detections {
+		b.detections[k] += v
+	}
+	if len(r.Detections) > 0 {
+		b.detected++
 	}
 }
 
@@ -50,6 +58,12 @@ func (b *batch) summary() string {
 	for _, k := range keys {
 		fmt.Fprintf(&sb, " %s=%d", k, b.faults[k])
 	}
+	if len(b.detections) > 0 {
+		fmt.Fprintf(&sb, "\ncorruption detected in %d seeds:", b.detected)
+		for _, k := range sortedKeys(b.detections) {
+			fmt.Fprintf(&sb, " %s=%d", k, b.detections[k])
+		}
+	}
 	return sb.String()
 }
 
@@ -57,7 +71,7 @@ func (b *batch) summary() string {
 // (whichever is set), calling each for every result; it stops early when
 // each returns false.
 func runBatch(t *testing.T, start uint64, count int, budget time.Duration, mod func(*Config), each func(*Result) bool) *batch {
-	b := &batch{faults: map[string]int{}, start: time.Now()}
+	b := &batch{faults: map[string]int{}, detections: map[string]int{}, start: time.Now()}
 	last := time.Now()
 	for seed := start; ; seed++ {
 		if count > 0 && b.seeds >= count {

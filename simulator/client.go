@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"hash/crc32"
 	"math/rand/v2"
+	"slices"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kmsg"
@@ -124,7 +125,13 @@ func (c *client) connect() {
 	s := c.s
 	n := s.node(c.guess)
 	if n == nil {
-		n = s.nodes[c.r.IntN(len(s.nodes))]
+		// Nodes stopped for good after detecting corruption are left out,
+		// as an operator drops a dead broker from the bootstrap list.
+		up := s.nodes
+		if slices.ContainsFunc(up, func(n *node) bool { return n.quarantined }) {
+			up = slices.DeleteFunc(slices.Clone(up), func(n *node) bool { return n.quarantined })
+		}
+		n = up[c.r.IntN(len(up))]
 	}
 	c.guess = 0
 	s.nextConn++

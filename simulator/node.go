@@ -49,6 +49,11 @@ type node struct {
 
 	diskR  *rand.Rand
 	crashR *rand.Rand
+
+	// BitFlips: victim nodes may be corrupted (at most a minority);
+	// corrupted once a flip or misdirected write was injected; quarantined
+	// once the node detected corruption and stopped for good.
+	victim, corrupted, quarantined bool
 }
 
 // gview is what the process knows about one group (like Host.status).
@@ -205,6 +210,10 @@ func (n *node) stop(powerLoss bool) {
 // nothing un-durable is acknowledged. The simulator restarts it later.
 func (n *node) failStop(err error) {
 	s := n.s
+	if errors.Is(err, storage.ErrCorrupt) {
+		s.detect(n, "write", err)
+		return
+	}
 	s.w.fault("node-failstop", "n%d storage failed: %v", n.id, err)
 	n.stop(false)
 	s.w.after(durn(s.nemR, 300*time.Millisecond, 2*time.Second), nil, func() {
@@ -427,6 +436,13 @@ func (n *node) snapshotSource(a raftnode.Append) storage.EntrySource {
 				continue
 			}
 			ents, err := p.logs[a.Group].Entries(from, to+1, 1<<20)
+			if err != nil && errors.Is(err, storage.ErrCorrupt) {
+				s.w.after(0, nil, func() {
+					if !p.down {
+						s.detect(p, "snapshot-source", err)
+					}
+				})
+			}
 			if err == nil && len(ents) > 0 && ents[0].GetIndex() == from {
 				out := make([]*raftpb.Entry, len(ents))
 				for i, e := range ents {

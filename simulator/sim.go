@@ -16,6 +16,7 @@ import (
 	"github.com/vdl-project/vdl/checker"
 	"github.com/vdl-project/vdl/kafka"
 	"github.com/vdl-project/vdl/raftnode"
+	"github.com/vdl-project/vdl/storage"
 	"github.com/vdl-project/vdl/vfs"
 )
 
@@ -31,6 +32,10 @@ const (
 	CanaryAckBeforeCommit  Canary = "ack-before-commit" // produce acked once locally durable
 	CanaryReadAboveHWM     Canary = "read-above-hwm"    // fetches see uncommitted records
 	CanaryReorderResponses Canary = "reorder-responses" // one connection's responses swapped
+	// CanaryServeCorrupt: a corrupted node's reads return the data with a
+	// bit flipped, as a store that does not verify checksums on read would
+	// serve a bit rotted on the medium. Only meaningful with BitFlips.
+	CanaryServeCorrupt Canary = "serve-corrupt"
 )
 
 // Canaries lists every canary.
@@ -47,6 +52,11 @@ type Config struct {
 	Safety   time.Duration // simulated length of the safety phase, default 12s
 	Liveness time.Duration // bound on recovery after healing, default 20s
 	Canary   Canary
+	// BitFlips switches the corruption faults on (opt-in): bit flips in
+	// segment files and misdirected writes, on a minority of nodes chosen
+	// from the seed. A node that detects corruption stops for good and the
+	// rest of the cluster must stay safe and live.
+	BitFlips bool
 	// NoBuggify switches every BUGGIFY site off.
 	NoBuggify bool
 	// Weights override the nemesis weights by fault kind (0 disables).
@@ -79,6 +89,12 @@ type Result struct {
 	// newer term had a leader. They are legal when the read's fence passed
 	// before the deposition; the checker says whether any was stale.
 	StaleServes int
+	// Detections counts the corruption a node detected (BitFlips), by
+	// where: "open" (storage.Open returned ErrCorrupt), "panic" (raft
+	// panicked on a storage read error wrapping ErrCorrupt), "read" (a
+	// Kafka read failed its checks), "write", "snapshot-source",
+	// "final-read" (the convergence read).
+	Detections map[string]int
 }
 
 // Sim is one run's world.
@@ -114,6 +130,8 @@ type Sim struct {
 	traceEffects bool
 	leaderTerm   map[uint64]uint64 // highest term any node led each group in
 	staleServes  int               // reads served by a deposed leader
+	corruptR     *rand.Rand        // BitFlips: victims and positions
+	detections   map[string]int
 }
 
 type window struct {
@@ -158,7 +176,7 @@ func newSim(cfg Config) (*Sim, error) {
 		netR: w.stream("network"), nemR: w.stream("nemesis"), wlR: w.stream("workload"),
 		cut: map[[2]uint64]int{}, clientCut: map[uint64]int{}, clog: map[[2]uint64]time.Duration{},
 		progress: map[string]bool{}, demoted: map[uint64]uint64{}, leaderTerm: map[uint64]uint64{},
-		traceEffects: cfg.TraceEffects,
+		traceEffects: cfg.TraceEffects, detections: map[string]int{},
 	}
 	s.rec = checker.NewRecorder(func() int64 { return s.w.now })
 	for i := 0; i < cfg.Streams; i++ {
@@ -203,6 +221,9 @@ func newSim(cfg Config) (*Sim, error) {
 	}
 	w.record("seed %d: %d nodes in %d DCs, streams %v, latency %v, buggify %v, canary %q",
 		cfg.Seed, cfg.Nodes, cfg.DCs, s.streams, s.lat, w.bug.list(), cfg.Canary)
+	if cfg.BitFlips {
+		s.chooseVictims()
+	}
 	for _, n := range s.nodes {
 		if err := n.bootstrap(voters); err != nil {
 			return nil, err
@@ -224,12 +245,27 @@ func (s *Sim) node(id uint64) *node {
 }
 
 func (s *Sim) restart(n *node) {
-	if !n.down {
+	if !n.down || n.quarantined {
 		return
 	}
+	if s.cfg.BitFlips && n.victim && s.corruptR.IntN(2) == 0 {
+		s.flipBit(n, "before restart")
+	}
 	s.w.record("restart n%d", n.id)
-	if err := n.start(); err != nil {
+	// Raft reads entries from storage while the group starts: a panic
+	// there (corruption found on that read) stops the process as it would
+	// a real server.
+	var err error
+	s.w.runIn(n, func() { err = n.start() })
+	if err == nil && n.down {
+		return
+	}
+	if err != nil {
 		n.stop(false)
+		if errors.Is(err, storage.ErrCorrupt) {
+			s.detect(n, "open", err)
+			return
+		}
 		if !s.liveness && (errors.Is(err, vfs.ErrIO) || errors.Is(err, vfs.ErrNoSpace)) {
 			// The injected disk fault is still there: stay down, try later.
 			s.w.record("n%d cannot start yet: %v", n.id, err)
@@ -327,11 +363,29 @@ var defaultWeights = map[string]int{
 	"leader-transfer": 2, "membership": 1, "retention": 2,
 }
 
-// FaultKinds lists the nemesis fault kinds.
+// corruptionWeights are the nemesis weights of the opt-in corruption
+// faults (Config.BitFlips).
+var corruptionWeights = map[string]int{"bitflip": 2, "misdirect": 1}
+
+// FaultKinds lists the nemesis fault kinds (without the opt-in ones).
 func FaultKinds() []string { return sortedKeys(defaultWeights) }
 
+func (s *Sim) faultKinds() []string {
+	kinds := FaultKinds()
+	if s.cfg.BitFlips {
+		kinds = append(kinds, sortedKeys(corruptionWeights)...)
+	}
+	return kinds
+}
+
 func (s *Sim) weight(kind string) int {
+	if _, ok := corruptionWeights[kind]; ok && !s.cfg.BitFlips {
+		return 0
+	}
 	if w, ok := s.cfg.Weights[kind]; ok {
+		return w
+	}
+	if w, ok := corruptionWeights[kind]; ok {
 		return w
 	}
 	return defaultWeights[kind]
@@ -375,7 +429,7 @@ func (s *Sim) nemesis() {
 	if s.openWindows() >= 3 {
 		return
 	}
-	kinds := FaultKinds()
+	kinds := s.faultKinds()
 	total := 0
 	for _, k := range kinds {
 		total += s.weight(k)
@@ -521,8 +575,10 @@ func (s *Sim) inject(kind string) {
 			return
 		}
 		s.w.fault(kind, "g%d n%d -> n%d", g, l.id, to.id)
-		l.core.TransferLeader(g, to.id)
-		l.route()
+		s.w.runIn(l, func() {
+			l.core.TransferLeader(g, to.id)
+			l.route()
+		})
 	case "membership":
 		g := s.groups[r.IntN(len(s.groups))]
 		l := s.leader(g)
@@ -539,9 +595,45 @@ func (s *Sim) inject(kind string) {
 			return
 		}
 		v := st.Voters[r.IntN(len(st.Voters))]
+		if s.cfg.BitFlips {
+			// Only corruption victims are demoted: with a victim stopped
+			// for good, a demoted healthy voter could leave no quorum.
+			var vs []uint64
+			for _, id := range st.Voters {
+				if n := s.node(id); n != nil && n.victim {
+					vs = append(vs, id)
+				}
+			}
+			if len(vs) == 0 {
+				return
+			}
+			v = vs[s.corruptR.IntN(len(vs))]
+		}
 		s.w.fault(kind, "g%d demote n%d to learner", g, v)
 		s.demoted[g] = v
 		s.changeMember(l, g, v, raftpb.ConfChangeAddLearnerNode)
+	case "bitflip", "misdirect":
+		var vs []*node
+		for _, n := range s.nodes {
+			if n.victim && !n.quarantined {
+				vs = append(vs, n)
+			}
+		}
+		if len(vs) == 0 {
+			return
+		}
+		n := vs[s.corruptR.IntN(len(vs))]
+		if kind == "bitflip" {
+			s.flipBit(n, map[bool]string{true: "stopped", false: "live"}[n.down])
+			return
+		}
+		shift := int64(8 * (1 + s.corruptR.IntN(512)))
+		if s.corruptR.IntN(2) == 0 {
+			shift = -shift
+		}
+		n.fs.Misdirect(n.dir()+"/", shift)
+		n.corrupted = true
+		s.corruptionWindow(kind, fmt.Sprintf("n%d next write lands %+d bytes off", n.id, shift))
 	case "retention":
 		if len(s.groups) < 2 {
 			return
@@ -553,14 +645,16 @@ func (s *Sim) inject(kind string) {
 		}
 		before := l.grp[g].hwm * 3 / 4
 		s.w.fault(kind, "g%d delete before %d", g, before)
-		l.propose(g, raftnode.RetainData(before), func(int64, error) {})
+		s.w.runIn(l, func() { l.propose(g, raftnode.RetainData(before), func(int64, error) {}) })
 	}
 }
 
 func (s *Sim) changeMember(l *node, g, id uint64, t raftpb.ConfChangeType) {
 	cc := &raftpb.ConfChangeV2{Changes: []*raftpb.ConfChangeSingle{{Type: t.Enum(), NodeId: new(id)}}}
-	l.proposeConfChange(g, cc, func(err error) {
-		s.w.record("conf change g%d %v n%d: %v", g, t, id, err)
+	s.w.runIn(l, func() {
+		l.proposeConfChange(g, cc, func(err error) {
+			s.w.record("conf change g%d %v n%d: %v", g, t, id, err)
+		})
 	})
 }
 
@@ -672,13 +766,21 @@ func (s *Sim) run(res *Result) {
 	s.liveness = true
 	s.heal()
 	s.healAt = w.now
-	deadline := w.now + int64(s.cfg.Liveness)
+	// A node stopped for good after detecting corruption leaves a smaller
+	// quorum margin (slow personalities catch up much more slowly): the
+	// bound doubles then.
+	deadline := func() int64 {
+		if slices.ContainsFunc(s.nodes, func(n *node) bool { return n.quarantined }) {
+			return s.healAt + 2*int64(s.cfg.Liveness)
+		}
+		return s.healAt + int64(s.cfg.Liveness)
+	}
 	s.w.after(0, nil, s.repairMembership)
-	for w.now < deadline && !s.progressed() {
+	for w.now < deadline() && !s.progressed() {
 		w.run(w.now + int64(100*time.Millisecond))
 	}
 	if !s.progressed() {
-		s.failf("liveness: no acknowledged produce on every stream within %v of healing (progress %v)", s.cfg.Liveness, s.progress)
+		s.failf("liveness: no acknowledged produce on every stream within %v of healing (progress %v)", time.Duration(deadline()-s.healAt), s.progress)
 	}
 	for _, c := range s.clients {
 		c.stopped = true
@@ -689,11 +791,11 @@ func (s *Sim) run(res *Result) {
 	for _, c := range s.clients {
 		c.abandon("workload stopped")
 	}
-	for w.now < deadline && s.divergence() != "" {
+	for w.now < deadline() && s.divergence() != "" {
 		w.run(w.now + int64(100*time.Millisecond))
 	}
 	if d := s.divergence(); d != "" {
-		s.failf("liveness: replicas did not converge within %v of healing: %s", s.cfg.Liveness, d)
+		s.failf("liveness: replicas did not converge within %v of healing: %s", time.Duration(deadline()-s.healAt), d)
 	}
 
 	// Final read of every stream through the Kafka path.
@@ -750,6 +852,7 @@ func (s *Sim) run(res *Result) {
 	res.Failures = s.failures
 	res.OK = len(s.failures) == 0
 	res.StaleServes = s.staleServes
+	res.Detections = s.detections
 	w.record("END ok=%v ops=%d", res.OK, res.Ops)
 }
 
@@ -801,6 +904,9 @@ func (s *Sim) divergence() string {
 			return fmt.Sprintf("group %d still has learners %v", g, st.Learners)
 		}
 		for _, n := range s.nodes {
+			if n.quarantined {
+				continue // detected corruption: stopped for good
+			}
 			if n.down {
 				return fmt.Sprintf("n%d is down", n.id)
 			}
@@ -827,6 +933,12 @@ func (s *Sim) replicas() map[string]map[string][]checker.ReplicaRecord {
 			off, hwm := l.StartOffset(), n.grp[g].hwm
 			for off < hwm {
 				bs, err := l.Read(off, hwm, math.MaxInt32)
+				if err != nil && errors.Is(err, storage.ErrCorrupt) && n.corrupted {
+					s.detections["final-read"]++
+					s.w.record("CORRUPTION DETECTED n%d (final-read): %v", n.id, err)
+					recs = nil
+					break
+				}
 				if err != nil || len(bs) == 0 {
 					s.failf("n%d %s: read [%d,%d): %v", n.id, st, off, hwm, err)
 					break

@@ -22,6 +22,7 @@ var (
 	flagCanary  = flag.String("sim.canary", "", "run a deliberately broken variant: "+canaryNames())
 	flagEffects = flag.Bool("sim.effects", false, "trace every core effect too")
 	flagOut     = flag.String("sim.out", "", "directory for the checker's report of a failing seed")
+	flagFlips   = flag.Bool("sim.bitflips", false, "inject bit flips and misdirected writes on a minority of nodes")
 )
 
 func canaryNames() string {
@@ -29,7 +30,7 @@ func canaryNames() string {
 	for _, c := range Canaries {
 		s = append(s, string(c))
 	}
-	return strings.Join(s, ", ")
+	return strings.Join(s, ", ") + ", " + string(CanaryServeCorrupt) + " (with -sim.bitflips)"
 }
 
 // runSeed runs one seed with crypto/rand (etcd raft's election jitter) made
@@ -44,7 +45,7 @@ func runSeed(t *testing.T, cfg Config) *Result {
 }
 
 func baseConfig(seed uint64) Config {
-	return Config{Seed: seed, Nodes: *flagNodes, DCs: *flagDCs, Safety: *flagSafety, Canary: Canary(*flagCanary)}
+	return Config{Seed: seed, Nodes: *flagNodes, DCs: *flagDCs, Safety: *flagSafety, Canary: Canary(*flagCanary), BitFlips: *flagFlips}
 }
 
 // TestSim replays one seed (-sim.seed) with a readable trace.
@@ -83,6 +84,9 @@ func replayCmd(cfg Config) string {
 	if cfg.Canary != "" {
 		args = append(args, "-sim.canary="+string(cfg.Canary))
 	}
+	if cfg.BitFlips {
+		args = append(args, "-sim.bitflips")
+	}
 	cmd := fmt.Sprintf("make sim SEED=%d", cfg.Seed)
 	if len(args) > 0 {
 		cmd += fmt.Sprintf(" SIMARGS='%s'", strings.Join(args, " "))
@@ -94,6 +98,9 @@ func report(t *testing.T, r *Result) {
 	t.Logf("seed %d: ok=%v %d nodes/%d DCs, %v simulated in %v (%.1fx), %d events, %d ops, trace %s",
 		r.Seed, r.OK, r.Nodes, r.DCs, r.SimTime, r.Wall.Round(time.Millisecond), r.SimTime.Seconds()/r.Wall.Seconds(), r.Events, r.Ops, r.TraceHash[:16])
 	t.Logf("faults: %v buggify: %v", r.Faults, r.Buggify)
+	if len(r.Detections) > 0 {
+		t.Logf("corruption detected: %v", r.Detections)
+	}
 	for _, f := range r.Failures {
 		t.Logf("FAILURE: %s", f)
 	}

@@ -113,6 +113,10 @@ func (w *world) step(until int64) bool {
 func (w *world) runIn(n *node, fn func()) {
 	defer func() {
 		if p := recover(); p != nil {
+			if n.s.corruptionPanic(n, p) {
+				n.s.detect(n, "panic", fmt.Errorf("panic: %v", p))
+				return
+			}
 			n.s.failf("n%d panicked: %v", n.id, p)
 			n.stop(false)
 		}

@@ -38,6 +38,10 @@ type Mem struct {
 	capacity int64  // 0: unlimited
 	faults   Faults
 	stats    MemStats
+	// An armed misdirected write (see Misdirect).
+	misdirect      bool
+	misdirectPath  string
+	misdirectShift int64
 }
 
 // Faults selects injected failures. The counters count down as faults fire.
@@ -59,6 +63,8 @@ type MemStats struct {
 	SyncDirs     int64
 	Writes       int64 // File.WriteAt
 	BytesWritten int64
+	BitFlips     int64 // FlipBit
+	Misdirected  int64 // writes that landed elsewhere (Misdirect)
 }
 
 // memNode is a directory or a file inode.
@@ -125,6 +131,61 @@ func (m *Mem) SetCapacity(bytes int64) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.capacity = bytes
+}
+
+// FlipBit flips bit (0-7) of the byte at off of the file name: silent
+// corruption of the medium, the way a real disk rots. The byte is damaged
+// in the current content and in every earlier version a crash could bring
+// back, the durable one included: whatever a later Crash keeps, the bit
+// stays flipped (unless a later write overwrites the byte). off must lie
+// within the current size. Nothing else changes: no error is reported to
+// anyone reading the file, no write is pending.
+func (m *Mem) FlipBit(name string, off int64, bit uint) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	n := m.lookup(clean(name))
+	switch {
+	case n == nil:
+		return &fs.PathError{Op: "flipbit", Path: name, Err: fs.ErrNotExist}
+	case n.dir:
+		return &fs.PathError{Op: "flipbit", Path: name, Err: syscall.EISDIR}
+	case off < 0 || off >= int64(len(n.data)) || bit > 7:
+		return &fs.PathError{Op: "flipbit", Path: name, Err: syscall.EINVAL}
+	}
+	mask := byte(1) << bit
+	n.data[off] ^= mask
+	for _, u := range n.pending {
+		if u.off <= off && off < u.off+int64(len(u.old)) {
+			u.old[off-u.off] ^= mask
+		}
+	}
+	m.stats.BitFlips++
+	return nil
+}
+
+// Misdirect arms one misdirected write: the next WriteAt to a file whose
+// path (as opened, cleaned) starts with prefix ("" matches all) lands shift
+// bytes away from where it was asked to (at offset 0 if that is negative),
+// in the same file, and reports success as if it had landed where asked.
+// The intended range keeps its old content (a lost write) and the bytes at
+// the landing place are overwritten (collateral damage); the misdirected
+// write is pending like any write (a crash may drop or tear it). It fires
+// once; arming again replaces an armed one. shift 0 disarms.
+func (m *Mem) Misdirect(prefix string, shift int64) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if prefix != "" {
+		prefix = clean(prefix)
+	}
+	m.misdirect, m.misdirectPath, m.misdirectShift = shift != 0, prefix, shift
+}
+
+// MisdirectArmed reports whether a misdirected write is armed and has not
+// fired yet.
+func (m *Mem) MisdirectArmed() bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.misdirect
 }
 
 // Stats returns the operation counters.
@@ -614,6 +675,10 @@ func (f *memFile) modify(op string, size int64) error {
 func (f *memFile) WriteAt(p []byte, off int64) (int, error) {
 	f.m.mu.Lock()
 	defer f.m.mu.Unlock()
+	misdirected := false
+	if m := f.m; m.misdirect && off >= 0 && len(p) > 0 && strings.HasPrefix(f.path, m.misdirectPath) && f.check("write") == nil {
+		off, misdirected = max(off+m.misdirectShift, 0), true
+	}
 	end := off + int64(len(p))
 	if off < 0 {
 		end = -1 // rejected by modify
@@ -623,6 +688,10 @@ func (f *memFile) WriteAt(p []byte, off int64) (int, error) {
 	}
 	if len(p) == 0 {
 		return 0, nil
+	}
+	if misdirected {
+		f.m.misdirect = false
+		f.m.stats.Misdirected++
 	}
 	n := f.n
 	cur := int64(len(n.data))

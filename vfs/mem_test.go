@@ -7,6 +7,7 @@ import (
 	"io/fs"
 	"math/rand/v2"
 	"sync"
+	"syscall"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -405,4 +406,108 @@ func assertErrorIs(t *testing.T, err, target error) bool {
 		return false
 	}
 	return true
+}
+
+func TestMemFlipBit(t *testing.T) {
+	m, f := newDurable(t, "/d/f", []byte("abcd"))
+	// An unsynced overwrite of byte 1 and an unsynced growth.
+	_, err := f.WriteAt([]byte("XY"), 1)
+	require.NoError(t, err)
+	require.NoError(t, m.FlipBit("/d/f", 1, 0)) // X (0x58) -> Y (0x59) now, b -> c durably
+	require.NoError(t, m.FlipBit("d/f", 3, 1))  // d (0x64) -> f (0x66), never rewritten
+	buf := make([]byte, 4)
+	_, err = f.ReadAt(buf, 0)
+	require.NoError(t, err)
+	require.Equal(t, "aYYf", string(buf))
+	require.Equal(t, int64(2), m.Stats().BitFlips)
+
+	m.CrashClean() // the durable version carries the flips too
+	g, err := m.Open("/d/f")
+	require.NoError(t, err)
+	_, err = g.ReadAt(buf, 0)
+	require.NoError(t, err)
+	require.Equal(t, "accf", string(buf))
+
+	require.ErrorIs(t, m.FlipBit("/d/f", 4, 0), syscall.EINVAL)
+	require.ErrorIs(t, m.FlipBit("/d/f", 0, 8), syscall.EINVAL)
+	require.ErrorIs(t, m.FlipBit("/d/none", 0, 0), fs.ErrNotExist)
+	require.ErrorIs(t, m.FlipBit("/d", 0, 0), syscall.EISDIR)
+}
+
+func TestMemFlipBitSurvivesAnyCrash(t *testing.T) {
+	for seed := uint64(0); seed < 50; seed++ {
+		m, f := newDurable(t, "/d/f", bytes.Repeat([]byte{0}, 1024))
+		for i := 0; i < 4; i++ {
+			_, err := f.WriteAt(bytes.Repeat([]byte{byte(i + 1)}, 100), int64(i*200))
+			require.NoError(t, err)
+		}
+		require.NoError(t, m.FlipBit("/d/f", 1000, 7)) // never written since the sync
+		require.NoError(t, m.FlipBit("/d/f", 250, 0))  // overwritten by a pending write
+		m.Crash(rand.New(rand.NewPCG(seed, 1)))
+		g, err := m.Open("/d/f")
+		require.NoError(t, err)
+		buf := make([]byte, 1024)
+		_, err = g.ReadAt(buf, 0)
+		require.NoError(t, err)
+		require.Equal(t, byte(0x80), buf[1000])
+		require.Contains(t, []byte{0x01, 0x03}, buf[250], "either the durable zero or the pending 2, flipped")
+	}
+}
+
+func TestMemMisdirect(t *testing.T) {
+	m, f := newDurable(t, "/d/f", []byte("0123456789"))
+	other, err := m.Create("/e")
+	require.NoError(t, err)
+	m.Misdirect("/d", 4)
+	require.True(t, m.MisdirectArmed())
+	_, err = other.WriteAt([]byte("zz"), 0) // outside the prefix: lands where asked
+	require.NoError(t, err)
+	n, err := f.WriteAt([]byte("ab"), 2)
+	require.NoError(t, err)
+	require.Equal(t, 2, n)
+	require.False(t, m.MisdirectArmed())
+	_, err = f.WriteAt([]byte("c"), 0) // one shot: the next write is fine
+	require.NoError(t, err)
+	buf := make([]byte, 10)
+	_, err = f.ReadAt(buf, 0)
+	require.NoError(t, err)
+	require.Equal(t, "c12345ab89", string(buf))
+	require.Equal(t, int64(1), m.Stats().Misdirected)
+
+	// A negative shift clamps at 0 and may grow nothing; a shift past the
+	// end grows the file (zero-filled), as a write there would.
+	m.Misdirect("", -100)
+	_, err = f.WriteAt([]byte("Q"), 5)
+	require.NoError(t, err)
+	m.Misdirect("/d/f", 10)
+	_, err = f.WriteAt([]byte("W"), 5)
+	require.NoError(t, err)
+	sz, err := f.Size()
+	require.NoError(t, err)
+	require.Equal(t, int64(16), sz)
+	buf = make([]byte, 16)
+	_, err = f.ReadAt(buf, 0)
+	require.NoError(t, err)
+	require.Equal(t, "Q12345ab89\x00\x00\x00\x00\x00W", string(buf))
+
+	// The misdirected write is pending like any other: a crash may drop it.
+	require.NoError(t, f.Sync())
+	m.Misdirect("/d/f", 1)
+	_, err = f.WriteAt([]byte("R"), 0)
+	require.NoError(t, err)
+	m.CrashClean()
+	g, err := m.Open("/d/f")
+	require.NoError(t, err)
+	_, err = g.ReadAt(buf, 0)
+	require.NoError(t, err)
+	require.Equal(t, "Q12345ab89\x00\x00\x00\x00\x00W", string(buf))
+
+	// A failed write does not use up the misdirection.
+	m.Misdirect("/d/f", 1)
+	m.SetFaults(Faults{FailWrites: 1})
+	_, err = g.WriteAt([]byte("S"), 0)
+	require.ErrorIs(t, err, ErrIO)
+	require.True(t, m.MisdirectArmed())
+	m.Misdirect("", 0)
+	require.False(t, m.MisdirectArmed())
 }
