@@ -271,6 +271,25 @@ func xxh32(b []byte) uint32 {
 	return h
 }
 
+// resettableWriter is a pooled streaming compressor (gzip, lz4).
+type resettableWriter interface {
+	io.WriteCloser
+	Reset(io.Writer)
+}
+
+// compressWith runs src through a pooled streaming compressor.
+func compressWith(w resettableWriter, src []byte) ([]byte, error) {
+	var buf bytes.Buffer
+	w.Reset(&buf)
+	if _, err := w.Write(src); err != nil {
+		return nil, err
+	}
+	if err := w.Close(); err != nil {
+		return nil, err
+	}
+	return buf.Bytes(), nil
+}
+
 // Compress returns src compressed with codec in the framing Kafka clients
 // expect: gzip, snappy in xerial framing with 32 KiB blocks (what the Java
 // producer writes; every client reads it), an lz4 frame with a correct
@@ -280,31 +299,15 @@ func Compress(codec int8, src []byte) ([]byte, error) {
 	case CodecNone:
 		return src, nil
 	case CodecGzip:
-		var buf bytes.Buffer
 		w := gzipWriters.Get().(*gzip.Writer)
 		defer gzipWriters.Put(w)
-		w.Reset(&buf)
-		if _, err := w.Write(src); err != nil {
-			return nil, err
-		}
-		if err := w.Close(); err != nil {
-			return nil, err
-		}
-		return buf.Bytes(), nil
+		return compressWith(w, src)
 	case CodecSnappy:
 		return xerial.Encode(nil, src), nil
 	case CodecLZ4:
-		var buf bytes.Buffer
 		w := lz4Writers.Get().(*lz4.Writer)
 		defer lz4Writers.Put(w)
-		w.Reset(&buf)
-		if _, err := w.Write(src); err != nil {
-			return nil, err
-		}
-		if err := w.Close(); err != nil {
-			return nil, err
-		}
-		return buf.Bytes(), nil
+		return compressWith(w, src)
 	case CodecZstd:
 		return zstdEncoder().EncodeAll(src, nil), nil
 	}

@@ -9,8 +9,7 @@ import (
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
 // Batch builds a minimal valid Kafka RecordBatch v2 holding one record per
-// value (null keys, no headers), as raftnode.UserData expects. Same layout as
-// memcluster's test builder.
+// value (null keys, no headers), as raftnode.UserData expects.
 func Batch(values ...[]byte) []byte {
 	var recs []byte
 	for i, v := range values {

@@ -2,9 +2,7 @@ package memcluster
 
 import (
 	"bytes"
-	"encoding/binary"
 	"fmt"
-	"hash/crc32"
 	"testing"
 	"testing/cryptotest"
 
@@ -12,37 +10,16 @@ import (
 	"go.etcd.io/raft/v3/raftpb"
 
 	"github.com/vdl-project/vdl/raftnode"
+	"github.com/vdl-project/vdl/raftnode/clustertest"
 )
 
-// batch builds a minimal valid Kafka RecordBatch v2 with n records.
+// batch builds a valid Kafka RecordBatch v2 of n records with the same value.
 func batch(n int, payload []byte) []byte {
-	var recs []byte
-	for i := 0; i < n; i++ {
-		var r []byte
-		r = append(r, 0)                                // attributes
-		r = binary.AppendVarint(r, 0)                   // timestamp delta
-		r = binary.AppendVarint(r, int64(i))            // offset delta
-		r = binary.AppendVarint(r, -1)                  // key: null
-		r = binary.AppendVarint(r, int64(len(payload))) // value length
-		r = append(r, payload...)
-		r = binary.AppendVarint(r, 0) // headers
-		recs = binary.AppendVarint(recs, int64(len(r)))
-		recs = append(recs, r...)
+	values := make([][]byte, n)
+	for i := range values {
+		values[i] = payload
 	}
-	b := make([]byte, 61, 61+len(recs))
-	b = append(b, recs...)
-	binary.BigEndian.PutUint32(b[8:], uint32(len(b)-12))
-	binary.BigEndian.PutUint32(b[12:], 0xffffffff)
-	b[16] = 2
-	binary.BigEndian.PutUint32(b[23:], uint32(n-1))
-	binary.BigEndian.PutUint64(b[27:], 1000)
-	binary.BigEndian.PutUint64(b[35:], 1000)
-	binary.BigEndian.PutUint64(b[43:], ^uint64(0))
-	binary.BigEndian.PutUint16(b[51:], 0xffff)
-	binary.BigEndian.PutUint32(b[53:], 0xffffffff)
-	binary.BigEndian.PutUint32(b[57:], uint32(n))
-	binary.BigEndian.PutUint32(b[17:], crc32.Checksum(b[21:], crc32.MakeTable(crc32.Castagnoli)))
-	return b
+	return clustertest.Batch(values...)
 }
 
 func newCluster(t *testing.T, seed uint64, nodes []uint64, groups []uint64, mod func(*Config)) *Cluster {
