@@ -18,6 +18,8 @@ import (
 
 	"go.etcd.io/raft/v3"
 	"go.etcd.io/raft/v3/raftpb"
+
+	"github.com/vdl-project/vdl/storage"
 )
 
 // ProposalID names a proposal; the driver chooses it and gets it back in
@@ -209,7 +211,16 @@ func (c *Core) Step(group uint64, m *raftpb.Message) {
 // Propose proposes data (UserData or a command) in a group. The result
 // arrives as a Complete effect with the same id.
 func (c *Core) Propose(group uint64, id ProposalID, data []byte) {
-	c.propose(group, id, &raftpb.Entry{Type: raftpb.EntryNormal.Enum(), Data: data})
+	var offsets int64
+	if len(data) > 0 && data[0] == storage.TagUser {
+		n, err := storage.UserOffsets(data)
+		if err != nil {
+			c.emit(Complete{Group: group, ID: id, Err: err})
+			return
+		}
+		offsets = n
+	}
+	c.propose(group, id, &raftpb.Entry{Type: raftpb.EntryNormal.Enum(), Data: data}, offsets)
 }
 
 // ProposeConfChange proposes a membership change.
@@ -219,10 +230,10 @@ func (c *Core) ProposeConfChange(group uint64, id ProposalID, cc *raftpb.ConfCha
 		c.emit(Complete{Group: group, ID: id, Err: err})
 		return
 	}
-	c.propose(group, id, &raftpb.Entry{Type: typ.Enum(), Data: data})
+	c.propose(group, id, &raftpb.Entry{Type: typ.Enum(), Data: data}, 0)
 }
 
-func (c *Core) propose(group uint64, id ProposalID, e *raftpb.Entry) {
+func (c *Core) propose(group uint64, id ProposalID, e *raftpb.Entry, offsets int64) {
 	g, ok := c.groups[group]
 	if !ok {
 		c.emit(Complete{Group: group, ID: id, Err: ErrUnknownGroup})
@@ -239,7 +250,7 @@ func (c *Core) propose(group uint64, id ProposalID, e *raftpb.Entry) {
 	}
 	// Stepped into raft by TakeEffects (or, with sync writes, after the
 	// current Ready is persisted).
-	g.queued = append(g.queued, queuedProposal{id: id, entry: e})
+	g.queued = append(g.queued, queuedProposal{id: id, entry: e, offsets: offsets})
 	g.uncommitted += size
 }
 
@@ -261,14 +272,20 @@ func (c *Core) proposeQueued(g *group) {
 	c.proposeNow(g, qs)
 }
 
+// mergeLimit bounds the entry that small user proposals stepped together
+// are merged into. Many proposals in one entry share its per-entry costs
+// (record, checksum, index and cache entries, protobuf framing, raft's
+// bookkeeping), which dominate for proposals of a few KiB; a proposal this
+// big or bigger goes alone, uncopied.
+const mergeLimit = 64 << 10
+
 // proposeNow steps proposals into raft and learns their indexes from the
-// Ready taken right after: raft appends each accepted proposal as exactly
-// one entry at the end of its log, and nothing else runs in between.
+// Ready taken right after: raft appends each accepted entry at the end of
+// its log, and nothing else runs in between. Consecutive user proposals
+// are merged into one entry up to mergeLimit; each learns its own offsets
+// within it.
 func (c *Core) proposeNow(g *group, qs []queuedProposal) {
-	ents := make([]*raftpb.Entry, len(qs))
-	for i, q := range qs {
-		ents[i] = q.entry
-	}
+	ents, parts := mergeProposals(qs)
 	// One message for all: raft appends them together and sends one
 	// append per follower. It takes all or none.
 	if err := g.rn.Step(&raftpb.Message{Type: raftpb.MsgProp.Enum(), From: new(c.cfg.ID), Entries: ents}); err != nil {
@@ -279,33 +296,79 @@ func (c *Core) proposeNow(g *group, qs []queuedProposal) {
 		c.drain(g)
 		return
 	}
-	accepted := qs
 	rd := g.rn.Ready()
-	ents = rd.Entries
+	appended := rd.Entries
 	if !c.cfg.SyncWrites {
-		ents = nil
+		appended = nil
 		for _, m := range rd.Messages {
 			if m.GetTo() == raft.LocalAppendThread {
-				ents = m.GetEntries()
+				appended = m.GetEntries()
 			}
 		}
 	}
-	if len(ents) < len(accepted) {
-		panic(fmt.Sprintf("raftnode: group %d: %d proposals accepted but %d entries appended", g.id, len(accepted), len(ents)))
+	if len(appended) < len(ents) {
+		panic(fmt.Sprintf("raftnode: group %d: %d entries proposed but %d appended", g.id, len(ents), len(appended)))
 	}
-	tail := ents[len(ents)-len(accepted):]
-	for i, q := range accepted {
-		idx, size := tail[i].GetIndex(), uint64(len(q.entry.GetData()))
-		if q.entry.GetType() != raftpb.EntryNormal && tail[i].GetType() == raftpb.EntryNormal {
+	tail := appended[len(appended)-len(ents):]
+	for i, q := range qs {
+		p := parts[i]
+		e := tail[p.entry]
+		idx, size := e.GetIndex(), uint64(len(q.entry.GetData()))
+		if q.entry.GetType() != raftpb.EntryNormal && e.GetType() == raftpb.EntryNormal {
 			// raft replaced the conf change with an empty entry
 			g.uncommitted -= size
 			c.emit(Complete{Group: g.id, ID: q.id, Index: idx, Err: ErrConfChangeRejected})
 			continue
 		}
-		g.pending[idx] = append(g.pending[idx], pending{id: q.id, term: tail[i].GetTerm(), size: size})
+		g.pending[idx] = append(g.pending[idx], pending{id: q.id, term: e.GetTerm(), size: size,
+			merged: p.merged, skip: p.skip, offsets: q.offsets})
 	}
 	c.handleReady(g, rd)
 	c.drain(g)
+}
+
+// part places a proposal in the entries proposeNow steps into raft.
+type part struct {
+	entry  int   // index into the proposed entries
+	merged bool  // shares the entry with other proposals
+	skip   int64 // offsets taken by the proposals before it in the entry
+}
+
+// mergeProposals turns queued proposals into entries, merging runs of
+// small user proposals (TagUser payloads concatenate: one tag, then every
+// proposal's batches in order).
+func mergeProposals(qs []queuedProposal) ([]*raftpb.Entry, []part) {
+	ents := make([]*raftpb.Entry, 0, len(qs))
+	parts := make([]part, len(qs))
+	small := func(q queuedProposal) bool {
+		return q.offsets > 0 && len(q.entry.GetData()) < mergeLimit
+	}
+	for i := 0; i < len(qs); {
+		j, size := i+1, len(qs[i].entry.GetData())
+		if small(qs[i]) {
+			for j < len(qs) && small(qs[j]) && size+len(qs[j].entry.GetData())-1 <= mergeLimit {
+				size += len(qs[j].entry.GetData()) - 1
+				j++
+			}
+		}
+		k := len(ents)
+		if j == i+1 {
+			ents = append(ents, qs[i].entry)
+			parts[i] = part{entry: k}
+			i = j
+			continue
+		}
+		data := make([]byte, 1, size)
+		data[0] = storage.TagUser
+		var skip int64
+		for ; i < j; i++ {
+			data = append(data, qs[i].entry.GetData()[1:]...)
+			parts[i] = part{entry: k, merged: true, skip: skip}
+			skip += qs[i].offsets
+		}
+		ents = append(ents, &raftpb.Entry{Type: raftpb.EntryNormal.Enum(), Data: data})
+	}
+	return ents, parts
 }
 
 // ReadIndex asks the group's leader to confirm it still leads (a heartbeat

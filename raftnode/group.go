@@ -41,11 +41,16 @@ type pending struct {
 	id   ProposalID
 	term uint64
 	size uint64
+	// A proposal merged with others takes offsets [base+skip,
+	// base+skip+offsets) of its entry; one alone takes the whole entry.
+	merged        bool
+	skip, offsets int64
 }
 
 type queuedProposal struct {
-	id    ProposalID
-	entry *raftpb.Entry
+	id      ProposalID
+	entry   *raftpb.Entry
+	offsets int64 // what a user payload takes (storage.UserOffsets)
 }
 
 // apply applies committed entries in order. Applying a user entry only moves
@@ -121,6 +126,8 @@ func (g *group) resolve(c *Core, idx, term uint64, base, next int64, err error) 
 		switch {
 		case p.term != term:
 			c.emit(Complete{Group: g.id, ID: p.id, Index: idx, Err: ErrOverwritten})
+		case p.merged && err == nil:
+			c.emit(Complete{Group: g.id, ID: p.id, Index: idx, BaseOffset: base + p.skip, NextOffset: base + p.skip + p.offsets})
 		default:
 			c.emit(Complete{Group: g.id, ID: p.id, Index: idx, BaseOffset: base, NextOffset: next, Err: err})
 		}

@@ -67,3 +67,17 @@ func stampBatches(data []byte, base int64) {
 		p += 12 + int(int32(be.Uint32(data[p+kbLength:])))
 	}
 }
+
+// UserOffsets checks that data is a user entry payload (TagUser followed
+// by whole v2 batches) and returns how many offsets it takes. Proposers
+// use it to validate, and to merge several payloads into one entry: the
+// batches of a TagUser payload are stamped one after the other, so the
+// k-th merged payload starts at the entry's base plus the offsets of those
+// before it.
+func UserOffsets(data []byte) (int64, error) {
+	if len(data) == 0 || data[0] != TagUser {
+		return 0, fmt.Errorf("%w: not a user entry", ErrBadEntry)
+	}
+	info, err := parseBatches(data[1:])
+	return int64(info.offsets), err
+}

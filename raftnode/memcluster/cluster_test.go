@@ -11,6 +11,7 @@ import (
 
 	"github.com/vdl-project/vdl/raftnode"
 	"github.com/vdl-project/vdl/raftnode/clustertest"
+	"github.com/vdl-project/vdl/storage"
 )
 
 // batch builds a valid Kafka RecordBatch v2 of n records with the same value.
@@ -235,4 +236,71 @@ func TestCatchUpAfterRetentionThroughSnapshot(t *testing.T) {
 	require.True(t, ok, "lagging follower did not catch up (hwm %d, want %d)", n.HighWatermark(1), end)
 	require.Equal(t, start, n.Logs[1].StartOffset(), "the follower starts where the leader's log starts")
 	requireIdentical(t, c, 1)
+}
+
+// Proposals stepped together are merged into entries of up to 64 KiB; each
+// still learns its own offsets, and its records are stored at them.
+func TestSmallProposalsShareEntries(t *testing.T) {
+	cryptotest.SetGlobalRandom(t, 3)
+	c := newCluster(t, 3, []uint64{1, 2, 3}, []uint64{7}, nil)
+	l := waitLeader(t, c, 7)
+	value := func(i int) []byte { return []byte(fmt.Sprintf("v%04d-%s", i, bytes.Repeat([]byte{'x'}, 900))) }
+	const n = 300
+	var ids []raftnode.ProposalID
+	for i := range n { // all in one step: they go into raft together
+		ids = append(ids, c.Propose(l, 7, raftnode.UserData(batch(1+i%3, value(i)))))
+	}
+	bad := c.Propose(l, 7, raftnode.UserData([]byte("not a batch")))
+	ok, err := c.RunUntil(20000, func() bool {
+		for _, id := range ids {
+			if _, done := c.Results[id]; !done {
+				return false
+			}
+		}
+		return true
+	})
+	require.NoError(t, err)
+	require.True(t, ok, "proposals did not complete")
+	require.ErrorIs(t, c.Results[bad].Err, storage.ErrBadEntry, "a malformed user payload fails at once")
+
+	next := int64(0)
+	entries := map[uint64]int{}
+	for i, id := range ids {
+		r := c.Results[id]
+		require.NoError(t, r.Err)
+		require.Equal(t, next, r.BaseOffset, "offsets are dense in proposal order")
+		require.Equal(t, int64(1+i%3), r.NextOffset-r.BaseOffset)
+		next = r.NextOffset
+		entries[r.Index]++
+	}
+	require.Less(t, len(entries), n/20, "about 64 proposals of 1 KiB per entry")
+
+	// Each proposal's records are stored at the offsets it was told.
+	log := l.Logs[7]
+	bs, err := log.Read(0, next, 1<<30)
+	require.NoError(t, err)
+	var run []byte
+	for _, b := range bs {
+		run = append(run, b.Data...)
+	}
+	kbs, err := clustertest.SplitBatches(run)
+	require.NoError(t, err)
+	require.Len(t, kbs, n)
+	for i, kb := range kbs {
+		require.Equal(t, c.Results[ids[i]].BaseOffset, kb.Base)
+		vs, err := kb.Values()
+		require.NoError(t, err)
+		require.Equal(t, value(i), vs[0])
+	}
+	ok, err = c.RunUntil(5000, func() bool {
+		for _, n := range c.Nodes() {
+			if n.HighWatermark(7) != next {
+				return false
+			}
+		}
+		return true
+	})
+	require.NoError(t, err)
+	require.True(t, ok)
+	requireIdentical(t, c, 7)
 }
