@@ -18,7 +18,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/vdl-project/vdl/vfs"
+	"github.com/vdl-project/vdl/internal/diskprobe"
 )
 
 const (
@@ -329,28 +329,13 @@ func runE2E(b *testing.B, dir string, dur time.Duration) {
 
 	// 8. The raw disk limit, in the file system of the data dirs, with the
 	// cluster idle.
-	if r.rawMBps, err = rawDiskMBps(dir, 256<<10, 3*time.Second); err != nil {
+	if r.rawMBps, err = diskprobe.Measure(dir, 256<<10, 1, 3*time.Second); err != nil {
 		b.Fatal(err)
 	}
-	// And three writers at once, each on its own file, as the three
-	// replicas write: their aggregate is what the device gives to
-	// interleaved fdatasync streams.
-	var wg3 sync.WaitGroup
-	raw3 := make([]float64, 3)
-	errs3 := make([]error, 3)
-	for i := range raw3 {
-		wg3.Add(1)
-		go func() {
-			defer wg3.Done()
-			raw3[i], errs3[i] = rawDiskMBps(filepath.Join(dir, "cluster", fmt.Sprintf("node%d", i+1)), 256<<10, 3*time.Second)
-		}()
-	}
-	wg3.Wait()
-	for i := range raw3 {
-		if errs3[i] != nil {
-			b.Fatal(errs3[i])
-		}
-		r.raw3MBps += raw3[i]
+	// And three writers at once, as the three replicas write: their
+	// aggregate is what the device gives to interleaved fdatasync streams.
+	if r.raw3MBps, err = diskprobe.Measure(dir, 256<<10, 3, 3*time.Second); err != nil {
+		b.Fatal(err)
 	}
 
 	report(b, r)
@@ -404,38 +389,6 @@ func readRange(b *testing.B, brokers []string, stream string, from, to int64) (f
 	return float64(bytes) / mib, float64(bytes-firstBytes) / mib / secs
 }
 
-// rawDiskMBps: sequential WriteAt of size bytes + fdatasync (vfs File.Sync)
-// into a preallocated 256 MiB file (wrapping), for about d.
-func rawDiskMBps(dir string, size int, d time.Duration) (float64, error) {
-	const span = 256 * mib
-	path := filepath.Join(dir, "raw-disk-probe")
-	f, err := vfs.OS{}.Create(path)
-	if err != nil {
-		return 0, err
-	}
-	defer func() {
-		f.Close()
-		os.Remove(path)
-	}()
-	if err := f.Allocate(span); err != nil {
-		return 0, err
-	}
-	buf := make([]byte, size)
-	_, _ = rand.Read(buf)
-	var n int64
-	start := time.Now()
-	for time.Since(start) < d || n < 16*int64(size) {
-		if _, err := f.WriteAt(buf, n%span); err != nil {
-			return 0, err
-		}
-		if err := f.Sync(); err != nil {
-			return 0, err
-		}
-		n += int64(size)
-	}
-	return float64(n) / mib / time.Since(start).Seconds(), nil
-}
-
 func report(b *testing.B, r e2eResult) {
 	mbps := float64(r.produced) * float64(r.valueSize) / mib / r.produceSecs
 	limit := r.rawMBps / 3
@@ -462,7 +415,7 @@ VDL end-to-end benchmark: 3 vdl processes on 127.0.0.1, data dirs on one disk, f
 
   raw disk: 256 KiB WriteAt + fdatasync      %8.1f MB/s  -> limit for 3 replicas on one disk: raw/3 = %.1f MB/s
                                                           (measured after the cluster phases, same file system)
-  raw disk, 3 writers at once (one per data dir) %6.1f MB/s aggregate -> /3 = %.1f MB/s
+  raw disk, 3 writers at once                %8.1f MB/s aggregate -> /3 = %.1f MB/s
 
   produce, %d clients (%d request(s) in flight each) as fast as they go, %.1f s
     throughput                               %8.1f MB/s  %8.0f msgs/s  (%d acked, %d errors)

@@ -105,6 +105,7 @@ func (s *Server) openStream(sc StreamConfig) error {
 		Stream:         sc.ID,
 		SegmentSize:    s.cfg.Storage.SegmentBytes,
 		TailCacheBytes: s.cfg.Storage.TailCacheBytes,
+		KeepPageCache:  s.cfg.Storage.KeepPageCache,
 		Logger:         s.log.With("stream", sc.Name),
 	})
 	if err != nil {

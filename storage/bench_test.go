@@ -8,6 +8,7 @@ import (
 
 	pb "go.etcd.io/raft/v3/raftpb"
 
+	"github.com/vdl-project/vdl/internal/diskprobe"
 	"github.com/vdl-project/vdl/vfs"
 )
 
@@ -15,72 +16,23 @@ import (
 //
 //	go test -run '^$' -bench . ./storage/
 //
-// Raw is the device's limit measured in the same run: sequential WriteAt +
-// fdatasync into a preallocated file. The engine's Write+Sync throughput is
-// reported beside its ratio to raw at the same group-commit size.
+// Raw is the device's limit measured in the same run (internal/diskprobe):
+// sequential WriteAt + fdatasync into fresh preallocated files. The
+// engine's Write+Sync throughput is reported beside its ratio to raw at the
+// same group-commit size. The entries are built once and renumbered for
+// each group: building them is the caller's (raft's) work, not the engine's.
 
 const mib = 1 << 20
 
-// rawMBps measures raw WriteAt+fdatasync throughput for about a second,
-// right before the engine run it is compared with (the device's speed
-// drifts), into fresh preallocated space like the engine's.
+// rawMBps is the device's limit for size-byte groups, measured for about a
+// second right before the engine run it is compared with (the device's
+// speed drifts).
 func rawMBps(b *testing.B, size int) float64 {
-	f, span := rawFile(b)
-	buf := make([]byte, size)
-	var n, off int64
-	start := time.Now()
-	for time.Since(start) < time.Second || n < 32*int64(size) {
-		if off+int64(size) > span {
-			// Never wrap around: overwriting blocks written a moment ago is
-			// cheaper than writing fresh preallocated space (no extent
-			// conversion), and the engine always writes fresh space.
-			f.Close()
-			f, span = rawFile(b)
-			off = 0
-		}
-		if _, err := f.WriteAt(buf, off); err != nil {
-			b.Fatal(err)
-		}
-		if err := f.Sync(); err != nil {
-			b.Fatal(err)
-		}
-		n += int64(size)
-		off += int64(size)
-	}
-	f.Close()
-	return float64(n) / mib / time.Since(start).Seconds()
-}
-
-func rawFile(b *testing.B) (vfs.File, int64) {
-	const span = 256 * mib
-	f, err := vfs.OS{}.Create(filepath.Join(b.TempDir(), "raw"))
+	mbps, err := diskprobe.Measure(b.TempDir(), size, 1, time.Second)
 	if err != nil {
 		b.Fatal(err)
 	}
-	if err := f.Allocate(span); err != nil {
-		b.Fatal(err)
-	}
-	return f, span
-}
-
-func BenchmarkRawWriteSync(b *testing.B) {
-	for _, size := range []int{16 << 10, 64 << 10, 256 << 10, mib} {
-		b.Run(fmt.Sprintf("batch=%dK", size>>10), func(b *testing.B) {
-			f, span := rawFile(b)
-			defer f.Close()
-			buf := make([]byte, size)
-			b.ResetTimer()
-			for i := 0; i < b.N; i++ {
-				if _, err := f.WriteAt(buf, int64(i*size)%span); err != nil {
-					b.Fatal(err)
-				}
-				if err := f.Sync(); err != nil {
-					b.Fatal(err)
-				}
-			}
-			b.ReportMetric(float64(b.N*size)/mib/b.Elapsed().Seconds(), "MB/s")
-		})
-	}
+	return mbps
 }
 
 func benchLog(b *testing.B, cache int64) *Log {
@@ -96,6 +48,23 @@ func userPayload(size int) []byte {
 	return userData(kbatch(1, size-1-kbHeaderSize, 1))
 }
 
+// groupEntries returns n entries of term 1 carrying data.
+func groupEntries(n int, data []byte) []*pb.Entry {
+	ents := make([]*pb.Entry, n)
+	for k := range ents {
+		ents[k] = &pb.Entry{Term: new(uint64(1)), Index: new(uint64(0)), Data: data}
+	}
+	return ents
+}
+
+// renumber gives ents the indexes from *next on.
+func renumber(ents []*pb.Entry, next *uint64) {
+	for _, e := range ents {
+		*e.Index = *next
+		*next++
+	}
+}
+
 func BenchmarkEngineWriteSync(b *testing.B) {
 	for _, es := range []int{1 << 10, 16 << 10} {
 		for _, group := range []int{16 << 10, 256 << 10, mib} {
@@ -105,14 +74,11 @@ func BenchmarkEngineWriteSync(b *testing.B) {
 				defer l.Close()
 				data := userPayload(es)
 				per := group / es
-				ents := make([]*pb.Entry, per)
+				ents := groupEntries(per, data)
 				idx := uint64(1)
 				b.ResetTimer()
 				for i := 0; i < b.N; i++ {
-					for k := range ents {
-						ents[k] = &pb.Entry{Term: new(uint64(1)), Index: new(idx), Data: data}
-						idx++
-					}
+					renumber(ents, &idx)
 					if err := l.Write(ents, nil); err != nil {
 						b.Fatal(err)
 					}
@@ -209,14 +175,11 @@ func BenchmarkEnginePipelined(b *testing.B) {
 					}
 					errc <- err
 				}()
+				ents := groupEntries(per, data)
 				idx := uint64(1)
 				b.ResetTimer()
 				for i := 0; i < b.N; i++ {
-					ents := make([]*pb.Entry, per)
-					for k := range ents {
-						ents[k] = &pb.Entry{Term: new(uint64(1)), Index: new(idx), Data: data}
-						idx++
-					}
+					renumber(ents, &idx)
 					if err := l.Write(ents, nil); err != nil {
 						b.Fatal(err)
 					}

@@ -21,6 +21,10 @@ const (
 	// writebackMin: chunks at least this big get a sync_file_range hint so
 	// the fdatasync that follows has less left to do.
 	writebackMin = 256 << 10
+	// dropAlign: synced data is dropped from the page cache only up to a
+	// multiple of this below the end, so the page (or large folio, at most
+	// 2 MiB) the next write continues is never dropped and re-read.
+	dropAlign = 2 << 20
 )
 
 // Log is one stream's merged Raft log and Kafka log. One goroutine writes
@@ -37,6 +41,8 @@ type Log struct {
 	stream  uint64
 	segSize int64
 	logger  *slog.Logger
+
+	keepPageCache bool
 
 	wmu sync.Mutex
 	mu  sync.RWMutex
@@ -185,10 +191,18 @@ func (l *Log) Sync() (Synced, error) {
 	// synced when they were rolled.
 	act := l.active()
 	f, synced, applied, dirDirty := act.f, Synced{LastIndex: act.last, LastTerm: act.lastTerm}, l.st.applied, l.dirDirty
+	end := act.end
 	l.dirDirty = false
 	l.wmu.Unlock()
 
 	err := l.flush(f, dirDirty)
+	if err == nil && !l.keepPageCache {
+		// act.dropped is Sync's alone (smu).
+		if to := end / dropAlign * dropAlign; to > act.dropped {
+			_ = f.DropCache(act.dropped, to-act.dropped) // a hint only
+			act.dropped = to
+		}
+	}
 
 	l.wmu.Lock()
 	defer l.wmu.Unlock()

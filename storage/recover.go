@@ -32,7 +32,8 @@ func Open(opts Options) (*Log, error) {
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
-	l := &Log{fs: opts.FS, dir: opts.Dir, stream: opts.Stream, segSize: opts.SegmentSize, logger: opts.Logger}
+	l := &Log{fs: opts.FS, dir: opts.Dir, stream: opts.Stream, segSize: opts.SegmentSize, logger: opts.Logger,
+		keepPageCache: opts.KeepPageCache}
 	l.cache.limit = opts.TailCacheBytes
 	if err := l.recover(); err != nil {
 		for _, s := range l.segs {

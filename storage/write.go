@@ -278,6 +278,9 @@ func (l *Log) roll(need int64) error {
 	if err := old.f.Sync(); err != nil {
 		return err
 	}
+	if !l.keepPageCache {
+		_ = old.f.DropCache(0, old.end) // a hint only
+	}
 	if err := old.writeIndexFiles(l.fs, l.stream, l.ridx, l.lidx); err != nil {
 		return err
 	}

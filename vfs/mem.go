@@ -754,6 +754,12 @@ func (f *memFile) Sync() error {
 	return nil
 }
 
+func (f *memFile) DropCache(off, n int64) error {
+	f.m.mu.Lock()
+	defer f.m.mu.Unlock()
+	return f.check("fadvise")
+}
+
 func (f *memFile) StartWriteback(off, n int64) error {
 	f.m.mu.Lock()
 	defer f.m.mu.Unlock()

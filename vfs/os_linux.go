@@ -11,3 +11,5 @@ func fdatasync(fd int) error { return unix.Fdatasync(fd) }
 func startWriteback(fd int, off, n int64) error {
 	return unix.SyncFileRange(fd, off, n, unix.SYNC_FILE_RANGE_WRITE)
 }
+
+func dropCache(fd int, off, n int64) error { return unix.Fadvise(fd, off, n, unix.FADV_DONTNEED) }

@@ -11,3 +11,5 @@ func fallocate(int, int64) error { return unix.EOPNOTSUPP }
 func fdatasync(fd int) error { return unix.Fsync(fd) }
 
 func startWriteback(int, int64, int64) error { return nil }
+
+func dropCache(int, int64, int64) error { return nil }

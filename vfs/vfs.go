@@ -62,4 +62,8 @@ type File interface {
 	// StartWriteback asks the OS to begin writing back [off, off+n) without
 	// waiting (sync_file_range). It is a hint: it makes nothing durable.
 	StartWriteback(off, n int64) error
+	// DropCache asks the OS to drop [off, off+n) from its page cache
+	// (posix_fadvise DONTNEED). It is a hint for durable, clean data that
+	// will not be read soon; it changes no contents.
+	DropCache(off, n int64) error
 }
