@@ -79,8 +79,8 @@ type RaftConfig struct {
 type StorageConfig struct {
 	SegmentBytes   int64 `toml:"segment_bytes"`    // default 64 MiB
 	TailCacheBytes int64 `toml:"tail_cache_bytes"` // default 8 MiB per stream
-	// KeepPageCache leaves synced log data in the OS page cache (by default
-	// it is dropped: see storage.Options.KeepPageCache).
+	// KeepPageCache leaves closed segments in the OS page cache (by
+	// default they are dropped: see storage.Options.KeepPageCache).
 	KeepPageCache bool `toml:"keep_page_cache"`
 }
 

@@ -50,13 +50,15 @@ type Options struct {
 	// TailCacheBytes bounds the in-memory cache of the newest records.
 	// Default 8 MiB.
 	TailCacheBytes int64
-	// KeepPageCache leaves synced segment data in the OS page cache. By
-	// default it is dropped once durable (posix_fadvise DONTNEED): tailing
-	// reads come from the tail cache, so the page cache would only grow
-	// with data few read, evicting what others need, and on virtual
-	// machines every fresh page it grows into costs a host page fault
-	// (measured here: writes 2-4x slower). Catch-up reads then come from
-	// the disk, not memory.
+	// KeepPageCache leaves closed segments in the OS page cache. By
+	// default a segment is dropped from it (posix_fadvise DONTNEED) once it
+	// is closed and durable, so the page cache holds at most the active
+	// segment of each log: tailing reads come from the tail cache, reads a
+	// little behind from the active segment's pages, and the page cache
+	// does not grow with everything written, evicting what others need
+	// (on virtual machines every fresh page it grows into also costs a
+	// host page fault: writes measured 2-4x slower). Catch-up reads of
+	// closed segments then come from the disk.
 	KeepPageCache bool
 	Logger        *slog.Logger
 }

@@ -21,10 +21,6 @@ const (
 	// writebackMin: chunks at least this big get a sync_file_range hint so
 	// the fdatasync that follows has less left to do.
 	writebackMin = 256 << 10
-	// dropAlign: synced data is dropped from the page cache only up to a
-	// multiple of this below the end, so the page (or large folio, at most
-	// 2 MiB) the next write continues is never dropped and re-read.
-	dropAlign = 2 << 20
 )
 
 // Log is one stream's merged Raft log and Kafka log. One goroutine writes
@@ -63,8 +59,9 @@ type Log struct {
 	meta   meta
 
 	// Writer-only (wmu).
-	failed   error // sticky: after a failed write the file state is unknown
-	dirDirty bool  // files created since the last Sync
+	failed   error      // sticky: after a failed write the file state is unknown
+	dirDirty bool       // files created since the last Sync
+	uncache  []*segment // rolled segments the next Sync drops from the page cache
 	scrP     []prepEnt
 	scrR     []ridxEnt
 	scrL     []lidxEnt
@@ -191,16 +188,24 @@ func (l *Log) Sync() (Synced, error) {
 	// synced when they were rolled.
 	act := l.active()
 	f, synced, applied, dirDirty := act.f, Synced{LastIndex: act.last, LastTerm: act.lastTerm}, l.st.applied, l.dirDirty
-	end := act.end
+	type span struct {
+		f   vfs.File
+		end int64
+	}
+	var uncache []span
+	for _, s := range l.uncache {
+		if s.f != nil { // else truncated or deleted since
+			uncache = append(uncache, span{s.f, s.end})
+		}
+	}
+	l.uncache = nil
 	l.dirDirty = false
 	l.wmu.Unlock()
 
 	err := l.flush(f, dirDirty)
-	if err == nil && !l.keepPageCache {
-		// act.dropped is Sync's alone (smu).
-		if to := end / dropAlign * dropAlign; to > act.dropped {
-			_ = f.DropCache(act.dropped, to-act.dropped) // a hint only
-			act.dropped = to
+	if err == nil {
+		for _, u := range uncache { // synced by roll
+			_ = u.f.DropCache(0, u.end) // a hint only
 		}
 	}
 

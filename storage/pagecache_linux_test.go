@@ -32,30 +32,35 @@ func residentPages(t *testing.T, path string, n int) int {
 	return c
 }
 
-// Synced data leaves the page cache, but for the last 2 MiB-aligned piece
-// the next write continues; with KeepPageCache it stays.
-func TestSyncDropsDurableDataFromPageCache(t *testing.T) {
+// A closed segment leaves the page cache once durable; the active one
+// stays. With KeepPageCache both stay.
+func TestClosedSegmentsLeavePageCache(t *testing.T) {
 	for _, keep := range []bool{false, true} {
 		dir := filepath.Join(t.TempDir(), "s")
-		l, err := Open(Options{FS: vfs.OS{}, Dir: dir, Stream: 1, KeepPageCache: keep})
+		l, err := Open(Options{FS: vfs.OS{}, Dir: dir, Stream: 1, SegmentSize: 4 << 20, KeepPageCache: keep})
 		require.NoError(t, err)
 		data := userData(kbatch(1, 16<<10, 1))
-		var ents []*pb.Entry
-		for i := uint64(1); i <= 400; i++ { // about 6.4 MiB
-			ents = append(ents, &pb.Entry{Term: new(uint64(1)), Index: new(i), Data: data})
+		for i := uint64(1); i <= 400; i++ { // about 6.4 MiB: one segment closed
+			require.NoError(t, l.Write([]*pb.Entry{{Term: new(uint64(1)), Index: new(i), Data: data}}, nil))
+			if i%16 == 0 {
+				_, err = l.Sync()
+				require.NoError(t, err)
+			}
 		}
-		require.NoError(t, l.Write(ents, nil))
 		_, err = l.Sync()
 		require.NoError(t, err)
-		seg := filepath.Join(dir, "00000000000000000001.seg")
-		resident := residentPages(t, seg, 6<<20)
-		pages := (6 << 20) / os.Getpagesize()
+		segs, err := filepath.Glob(filepath.Join(dir, "*.seg"))
+		require.NoError(t, err)
+		require.Len(t, segs, 2)
+		pages := (2 << 20) / os.Getpagesize()
+		closed, active := residentPages(t, segs[0], 2<<20), residentPages(t, segs[1], 2<<20)
+		require.Greater(t, active, pages*9/10, "the active segment stays cached")
 		if keep {
-			require.Greater(t, resident, pages*9/10, "keep: synced data stays cached")
+			require.Greater(t, closed, pages*9/10, "keep: the closed segment stays cached")
 		} else {
-			require.Less(t, resident, pages/2, "synced data below the last 2 MiB boundary is dropped")
+			require.Less(t, closed, pages/10, "the closed segment is dropped")
 		}
-		// Reads below the tail cache still work (from the disk).
+		// Reads of the closed segment still work (from the disk).
 		bs, err := l.Read(0, l.EndOffset(), 1<<20)
 		require.NoError(t, err)
 		require.NotEmpty(t, bs)

@@ -29,9 +29,6 @@ type segment struct {
 	maxTs      int64 // running max timestamp after the last user record
 	startMaxTs int64 // running max at the segment start (its first state record)
 
-	// Synced data below this is dropped from the page cache (Sync only).
-	dropped int64
-
 	// closed segments only: the index files, open for preads
 	ridxF, lidxF vfs.File
 	nUser        int64

@@ -279,7 +279,7 @@ func (l *Log) roll(need int64) error {
 		return err
 	}
 	if !l.keepPageCache {
-		_ = old.f.DropCache(0, old.end) // a hint only
+		l.uncache = append(l.uncache, old)
 	}
 	if err := old.writeIndexFiles(l.fs, l.stream, l.ridx, l.lidx); err != nil {
 		return err
@@ -288,9 +288,12 @@ func (l *Log) roll(need int64) error {
 	if err != nil {
 		return err
 	}
+	// The next segment likely holds about as many entries: growing its
+	// indexes from nothing would copy them over and over.
+	ridx, lidx := make([]ridxEnt, 0, cap(l.ridx)), make([]lidxEnt, 0, cap(l.lidx))
 	l.mu.Lock()
 	l.segs = append(l.segs, ns)
-	l.ridx, l.lidx = nil, nil
+	l.ridx, l.lidx = ridx, lidx
 	l.mu.Unlock()
 	return nil
 }

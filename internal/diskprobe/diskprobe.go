@@ -22,9 +22,10 @@ const fileSize = 256 << 20
 // fdatasync into fresh preallocated files in dir, as the storage engine
 // writes its segments: never overwriting (a log never does, and overwriting
 // recently written blocks is cheaper than writing fresh space), and
-// dropping synced data from the page cache as the engine does by default
-// (a growing page cache costs host page faults on a virtual machine). The
-// files are removed. The result is the aggregate in MiB/s.
+// dropping synced data from the page cache, which the engine keeps to its
+// active segments by default (a growing page cache costs host page faults
+// on a virtual machine). The files are removed. The result is the
+// aggregate in MiB/s.
 func Measure(dir string, chunk, writers int, d time.Duration) (float64, error) {
 	total := make([]int64, writers)
 	errs := make([]error, writers)
