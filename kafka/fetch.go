@@ -75,8 +75,24 @@ func handleFetch(s *Session, sl *slot, kreq kmsg.Request, now int64) {
 	op.evaluate(s, now, false)
 }
 
-// fenceGrace bounds how long a fetch waits for its read fences.
+// fenceGrace bounds how long a read waits for its read fences.
 const fenceGrace = int64(2e9)
+
+// fenceCode is the error code of a read behind fence: none once it passed.
+func fenceCode(fence ReadFence) int16 {
+	if fence == nil { // became leader after the request arrived: not confirmed
+		return errNotLeaderForPartition
+	}
+	select {
+	case <-fence.Done():
+		if err := fence.Err(); err != nil {
+			return errorCode(err, 0)
+		}
+		return errNone
+	default: // timed out waiting for a quorum
+		return errNotLeaderForPartition
+	}
+}
 
 type fetchOp struct {
 	sl      *slot
@@ -207,16 +223,8 @@ func (s *Session) readPartition(rp *kmsg.FetchResponseTopicPartition, topic stri
 	if err != nil {
 		return nil, errorCode(err, 0), nil
 	}
-	if fence == nil { // became leader after the request arrived: not confirmed
-		return nil, errNotLeaderForPartition, nil
-	}
-	select {
-	case <-fence.Done():
-		if err := fence.Err(); err != nil {
-			return nil, errorCode(err, 0), nil
-		}
-	default: // timed out waiting for a quorum
-		return nil, errNotLeaderForPartition, nil
+	if code := fenceCode(fence); code != errNone {
+		return nil, code, nil
 	}
 	ch := view.Changed() // before reading what we wait on
 	hwm, start := view.HighWatermark(), view.StartOffset()

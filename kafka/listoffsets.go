@@ -11,9 +11,73 @@ import "github.com/twmb/franz-go/pkg/kmsg"
 // match it holds the high watermark (where such a consumer would start).
 // isolation_level (v2+) changes nothing (no transactions: LSO = HWM);
 // current_leader_epoch (v4+) is accepted as sent; leader_epoch (v4+) is -1.
-func handleListOffsets(s *Session, sl *slot, kreq kmsg.Request, _ int64) {
+//
+// Like a fetch, the answer waits for a read fence per stream (LogView.Fence),
+// so a leader that was cut off never answers with a stale high watermark or
+// log start: "latest" is linearizable.
+func handleListOffsets(s *Session, sl *slot, kreq kmsg.Request, now int64) {
 	req := kreq.(*kmsg.ListOffsetsRequest)
-	v := sl.version
+	op := &listOffsetsOp{sl: sl, req: req, fences: map[string]ReadFence{}, dl: now + fenceGrace}
+	for _, t := range req.Topics {
+		if _, seen := op.fences[t.Topic]; seen {
+			continue
+		}
+		if view, err := s.be.Log(t.Topic); err == nil {
+			op.fences[t.Topic] = view.Fence()
+		}
+	}
+	op.poll(s, now)
+}
+
+// listOffsetsOp is a ListOffsets waiting for its read fences.
+type listOffsetsOp struct {
+	sl     *slot
+	req    *kmsg.ListOffsetsRequest
+	fences map[string]ReadFence // by topic; nil entry: not led here at arrival
+	dl     int64
+}
+
+func (op *listOffsetsOp) pending() []<-chan struct{} {
+	var chans []<-chan struct{}
+	for _, t := range op.req.Topics {
+		if f := op.fences[t.Topic]; f != nil {
+			select {
+			case <-f.Done():
+			default:
+				chans = append(chans, f.Done())
+			}
+		}
+	}
+	return chans
+}
+
+func (op *listOffsetsOp) poll(s *Session, now int64) {
+	if op.sl.done {
+		return
+	}
+	if len(op.pending()) > 0 && now < op.dl {
+		op.sl.op = op
+		return
+	}
+	op.answer(s)
+}
+
+func (op *listOffsetsOp) deadline() int64 {
+	if op.sl.done {
+		return 0
+	}
+	return op.dl
+}
+
+func (op *listOffsetsOp) waits() []<-chan struct{} {
+	if op.sl.done {
+		return nil
+	}
+	return op.pending()
+}
+
+func (op *listOffsetsOp) answer(s *Session) {
+	req, v := op.req, op.sl.version
 	resp := kmsg.NewPtrListOffsetsResponse()
 	for _, t := range req.Topics {
 		rt := kmsg.NewListOffsetsResponseTopic()
@@ -22,7 +86,7 @@ func handleListOffsets(s *Session, sl *slot, kreq kmsg.Request, _ int64) {
 			rp := kmsg.NewListOffsetsResponseTopicPartition()
 			rp.Partition = p.Partition
 			rp.Timestamp, rp.Offset, rp.LeaderEpoch = -1, -1, -1
-			off, ts, code := s.listOffset(t.Topic, p.Partition, p.Timestamp, v == 0)
+			off, ts, code := s.listOffset(t.Topic, p.Partition, p.Timestamp, v == 0, op.fences[t.Topic])
 			rp.ErrorCode = code
 			if code == errNone {
 				rp.Offset, rp.Timestamp = off, ts
@@ -39,18 +103,21 @@ func handleListOffsets(s *Session, sl *slot, kreq kmsg.Request, _ int64) {
 		}
 		resp.Topics = append(resp.Topics, rt)
 	}
-	s.finish(sl, resp)
+	s.finish(op.sl, resp)
 }
 
 // listOffset resolves one partition's query (v0's fallback to the high
 // watermark included: v1+ callers get -1 from it instead).
-func (s *Session) listOffset(topic string, partition int32, ts int64, v0 bool) (offset, timestamp int64, code int16) {
+func (s *Session) listOffset(topic string, partition int32, ts int64, v0 bool, fence ReadFence) (offset, timestamp int64, code int16) {
 	if _, ok := s.be.Stream(topic); !ok || partition != 0 {
 		return -1, -1, errUnknownTopicOrPartition
 	}
 	view, err := s.be.Log(topic)
 	if err != nil {
 		return -1, -1, errorCode(err, 0)
+	}
+	if code := fenceCode(fence); code != errNone {
+		return -1, -1, code
 	}
 	switch ts {
 	case -2:

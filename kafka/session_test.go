@@ -788,3 +788,53 @@ func TestLegacyProduceRoundTrip(t *testing.T) {
 	require.NotEmpty(t, p.RecordBatches)
 	require.Equal(t, int8(1), int8(p.RecordBatches[16]))
 }
+
+func listLatestReq(topic string) *kmsg.ListOffsetsRequest {
+	lo := kmsg.NewPtrListOffsetsRequest()
+	lo.Version = 5
+	lt := kmsg.NewListOffsetsRequestTopic()
+	lt.Topic = topic
+	lp := kmsg.NewListOffsetsRequestTopicPartition()
+	lp.Timestamp = -1
+	lt.Partitions = append(lt.Partitions, lp)
+	lo.Topics = append(lo.Topics, lt)
+	return lo
+}
+
+// ListOffsets answers only after its read fence: a leader that was cut off
+// (its fence fails or never completes) says NOT_LEADER_FOR_PARTITION rather
+// than a stale high watermark.
+func TestListOffsetsWaitsForReadFence(t *testing.T) {
+	h := newHarness(t, kafka.Config{})
+	h.produceOK(8, "a", "x", "y")
+	st := h.be.StreamByName("a")
+
+	release := st.HoldFences()
+	h.send(listLatestReq("a"))
+	require.Empty(t, h.take(), "no answer before the fence passes")
+	require.NotEmpty(t, h.out.Wait, "the driver is told what to wait on")
+	release(nil)
+	h.s.Poll(h.now)
+	got := h.take()
+	require.Len(t, got, 1)
+	p := got[0].resp.(*kmsg.ListOffsetsResponse).Topics[0].Partitions[0]
+	require.Equal(t, int16(0), p.ErrorCode)
+	require.Equal(t, int64(2), p.Offset)
+
+	release = st.HoldFences()
+	h.send(listLatestReq("a"))
+	release(kafka.ErrNotLeader)
+	h.s.Poll(h.now)
+	got = h.take()
+	require.Len(t, got, 1)
+	require.Equal(t, kerr.NotLeaderForPartition.Code, got[0].resp.(*kmsg.ListOffsetsResponse).Topics[0].Partitions[0].ErrorCode)
+
+	st.HoldFences() // never released: a quorum that does not answer
+	h.send(listLatestReq("a"))
+	require.Empty(t, h.take())
+	h.now += 2e9
+	h.s.Poll(h.now)
+	got = h.take()
+	require.Len(t, got, 1)
+	require.Equal(t, kerr.NotLeaderForPartition.Code, got[0].resp.(*kmsg.ListOffsetsResponse).Topics[0].Partitions[0].ErrorCode)
+}

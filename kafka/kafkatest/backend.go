@@ -210,6 +210,7 @@ type Stream struct {
 	committed map[int64]bool // committed bases above hwm
 	log       []storage.Batch
 	changed   chan struct{}
+	held      *heldFence // HoldFences
 }
 
 // SetLeader sets the stream's leader (-1: none).
@@ -335,9 +336,42 @@ func (st *Stream) OffsetForTime(ts int64) (int64, int64, error) {
 	return -1, -1, nil
 }
 
-// Fence passes at once: the in-memory backend has one copy of each stream
-// and leadership only changes when a test says so.
-func (st *Stream) Fence() kafka.ReadFence { return passedFence{} }
+// Fence passes at once (the in-memory backend has one copy of each stream
+// and leadership only changes when a test says so), unless fences are held.
+func (st *Stream) Fence() kafka.ReadFence {
+	st.b.mu.Lock()
+	defer st.b.mu.Unlock()
+	if st.held != nil {
+		return st.held
+	}
+	return passedFence{}
+}
+
+// HoldFences makes the fences started from now on wait until release is
+// called with their outcome (nil: leadership confirmed).
+func (st *Stream) HoldFences() (release func(err error)) {
+	st.b.mu.Lock()
+	defer st.b.mu.Unlock()
+	h := &heldFence{done: make(chan struct{})}
+	st.held = h
+	return func(err error) {
+		st.b.mu.Lock()
+		defer st.b.mu.Unlock()
+		h.err = err
+		close(h.done)
+		if st.held == h {
+			st.held = nil
+		}
+	}
+}
+
+type heldFence struct {
+	done chan struct{}
+	err  error // set before done closes
+}
+
+func (f *heldFence) Done() <-chan struct{} { return f.done }
+func (f *heldFence) Err() error            { return f.err }
 
 type passedFence struct{}
 
