@@ -32,12 +32,13 @@ func residentPages(t *testing.T, path string, n int) int {
 	return c
 }
 
-// A closed segment leaves the page cache once durable; the active one
-// stays. With KeepPageCache both stay.
+// A closed segment leaves the page cache once durable, and what catch-up
+// reads bring back leaves it again; the active segment stays. With
+// KeepPageCache all stays.
 func TestClosedSegmentsLeavePageCache(t *testing.T) {
 	for _, keep := range []bool{false, true} {
 		dir := filepath.Join(t.TempDir(), "s")
-		l, err := Open(Options{FS: vfs.OS{}, Dir: dir, Stream: 1, SegmentSize: 4 << 20, KeepPageCache: keep})
+		l, err := Open(Options{FS: vfs.OS{}, Dir: dir, Stream: 1, SegmentSize: 4 << 20, TailCacheBytes: 1 << 20, KeepPageCache: keep})
 		require.NoError(t, err)
 		data := userData(kbatch(1, 16<<10, 1))
 		for i := uint64(1); i <= 400; i++ { // about 6.4 MiB: one segment closed
@@ -60,10 +61,14 @@ func TestClosedSegmentsLeavePageCache(t *testing.T) {
 		} else {
 			require.Less(t, closed, pages/10, "the closed segment is dropped")
 		}
-		// Reads of the closed segment still work (from the disk).
+		// Reads of the closed segment still work (from the disk), and
+		// leave what they read out of the page cache too.
 		bs, err := l.Read(0, l.EndOffset(), 1<<20)
 		require.NoError(t, err)
 		require.NotEmpty(t, bs)
+		if !keep {
+			require.Less(t, residentPages(t, segs[0], 512<<10), (512<<10)/os.Getpagesize()/10)
+		}
 		require.NoError(t, l.Close())
 	}
 }

@@ -431,6 +431,14 @@ func (l *Log) readRun(s *segment, ents []lidxEnt, out *[]Batch) error {
 	if err := preadFull(s.f, buf, start); err != nil {
 		return err
 	}
+	if s != l.active() && !l.keepPageCache {
+		// A catch-up reader reads on from here: start reading as much ahead
+		// while it handles this, so its next read finds it in memory, and
+		// give back the pages just read (closed segments are kept out of
+		// the page cache: see KeepPageCache). Hints only.
+		_ = s.f.DropCache(start, end-start)
+		_ = s.f.Prefetch(end, min(end-start, s.end-end))
+	}
 	for _, e := range ents {
 		h, rec, err := l.checkRecord(s, buf, start, e.pos-recHeaderSize, e.index)
 		if err != nil {

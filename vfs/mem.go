@@ -760,6 +760,12 @@ func (f *memFile) DropCache(off, n int64) error {
 	return f.check("fadvise")
 }
 
+func (f *memFile) Prefetch(off, n int64) error {
+	f.m.mu.Lock()
+	defer f.m.mu.Unlock()
+	return f.check("fadvise")
+}
+
 func (f *memFile) StartWriteback(off, n int64) error {
 	f.m.mu.Lock()
 	defer f.m.mu.Unlock()

@@ -150,6 +150,13 @@ func (f *osFile) DropCache(off, n int64) error {
 	return f.fdOp("fadvise", func(fd int) error { return dropCache(fd, off, n) })
 }
 
+func (f *osFile) Prefetch(off, n int64) error {
+	if n <= 0 {
+		return nil
+	}
+	return f.fdOp("fadvise", func(fd int) error { return prefetch(fd, off, n) })
+}
+
 // fdOp runs fn on the descriptor through SyscallConn so a concurrent Close
 // cannot recycle the fd under us, and names the failing call in the error.
 func (f *osFile) fdOp(op string, fn func(fd int) error) error {

@@ -13,3 +13,5 @@ func startWriteback(fd int, off, n int64) error {
 }
 
 func dropCache(fd int, off, n int64) error { return unix.Fadvise(fd, off, n, unix.FADV_DONTNEED) }
+
+func prefetch(fd int, off, n int64) error { return unix.Fadvise(fd, off, n, unix.FADV_WILLNEED) }

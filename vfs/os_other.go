@@ -13,3 +13,5 @@ func fdatasync(fd int) error { return unix.Fsync(fd) }
 func startWriteback(int, int64, int64) error { return nil }
 
 func dropCache(int, int64, int64) error { return nil }
+
+func prefetch(int, int64, int64) error { return nil }

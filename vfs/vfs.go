@@ -66,4 +66,7 @@ type File interface {
 	// (posix_fadvise DONTNEED). It is a hint for durable, clean data that
 	// will not be read soon; it changes no contents.
 	DropCache(off, n int64) error
+	// Prefetch asks the OS to start reading [off, off+n) into its page
+	// cache (posix_fadvise WILLNEED), for a read expected soon. A hint.
+	Prefetch(off, n int64) error
 }
