@@ -58,40 +58,16 @@ func handleFetch(s *Session, sl *slot, kreq kmsg.Request, now int64) {
 			return
 		}
 	}
-	op := &fetchOp{sl: sl, req: req, dl: now + int64(max(req.MaxWaitMillis, 0))*1e6, fences: map[string]ReadFence{}}
-	// Linearizable reads: each stream this server leads first confirms its
-	// leadership in a round that starts now (LogView.Fence), so a leader
-	// that was cut off never serves a stale high watermark. The fence may
-	// take a quorum round trip past max_wait; it is bounded by fenceGrace.
-	for _, t := range req.Topics {
-		if _, seen := op.fences[t.Topic]; seen {
-			continue
-		}
-		if view, err := s.be.Log(t.Topic); err == nil {
-			op.fences[t.Topic] = view.Fence()
-		}
+	op := &fetchOp{sl: sl, req: req, dl: now + int64(max(req.MaxWaitMillis, 0))*1e6}
+	// Linearizable reads (fences.go). The fence may take a quorum round
+	// trip past max_wait; it is bounded by fenceGrace.
+	topics := make([]string, len(req.Topics))
+	for i, t := range req.Topics {
+		topics[i] = t.Topic
 	}
+	op.fences = s.startFences(topics)
 	op.fenceDL = max(op.dl, now+fenceGrace)
 	op.evaluate(s, now, false)
-}
-
-// fenceGrace bounds how long a read waits for its read fences.
-const fenceGrace = int64(2e9)
-
-// fenceCode is the error code of a read behind fence: none once it passed.
-func fenceCode(fence ReadFence) int16 {
-	if fence == nil { // became leader after the request arrived: not confirmed
-		return errNotLeaderForPartition
-	}
-	select {
-	case <-fence.Done():
-		if err := fence.Err(); err != nil {
-			return errorCode(err, 0)
-		}
-		return errNone
-	default: // timed out waiting for a quorum
-		return errNotLeaderForPartition
-	}
 }
 
 type fetchOp struct {
@@ -99,30 +75,15 @@ type fetchOp struct {
 	req     *kmsg.FetchRequest
 	dl      int64
 	chans   []<-chan struct{}
-	fences  map[string]ReadFence // by topic; nil entry: not led here at arrival
+	fences  readFences
 	fenceDL int64
-}
-
-// fencing returns the Done channels of the fences still pending.
-func (op *fetchOp) fencing() []<-chan struct{} {
-	var chans []<-chan struct{}
-	for _, t := range op.req.Topics {
-		if f := op.fences[t.Topic]; f != nil {
-			select {
-			case <-f.Done():
-			default:
-				chans = append(chans, f.Done())
-			}
-		}
-	}
-	return chans
 }
 
 // evaluate reads every partition; it answers when final, when any partition
 // has an error, or when min_bytes are there; otherwise it parks. Nothing is
 // read before the read fences pass (or fail, or time out).
 func (op *fetchOp) evaluate(s *Session, now int64, final bool) {
-	if pending := op.fencing(); len(pending) > 0 && now < op.fenceDL {
+	if pending := op.fences.pending(); len(pending) > 0 && now < op.fenceDL {
 		op.chans = pending
 		op.sl.op = op
 		return
@@ -140,7 +101,7 @@ func (op *fetchOp) poll(s *Session, now int64) {
 	if op.sl.done {
 		return
 	}
-	if now >= op.dl && (now >= op.fenceDL || len(op.fencing()) == 0) {
+	if now >= op.dl && (now >= op.fenceDL || len(op.fences.pending()) == 0) {
 		op.evaluate(s, now, true)
 		return
 	}
@@ -158,7 +119,7 @@ func (op *fetchOp) deadline() int64 {
 	if op.sl.done {
 		return 0
 	}
-	if len(op.fencing()) > 0 {
+	if len(op.fences.pending()) > 0 {
 		return op.fenceDL
 	}
 	return op.dl
@@ -174,7 +135,7 @@ func (op *fetchOp) waits() []<-chan struct{} {
 // readFetch builds the response from the current state: it returns the
 // response, the record bytes in it, whether any partition has an error, and
 // the change channels of the partitions read.
-func (s *Session) readFetch(req *kmsg.FetchRequest, v int16, fences map[string]ReadFence) (*kmsg.FetchResponse, int, bool, []<-chan struct{}) {
+func (s *Session) readFetch(req *kmsg.FetchRequest, v int16, fences readFences) (*kmsg.FetchResponse, int, bool, []<-chan struct{}) {
 	resp := kmsg.NewPtrFetchResponse()
 	budget := math.MaxInt32
 	if v >= 3 {
@@ -194,7 +155,7 @@ func (s *Session) readFetch(req *kmsg.FetchRequest, v int16, fences map[string]R
 			if v >= 4 && req.IsolationLevel == 1 {
 				rp.AbortedTransactions = []kmsg.FetchResponseTopicPartitionAbortedTransaction{}
 			}
-			data, code, ch := s.readPartition(&rp, t.Topic, p, v, budget, total == 0 || v < 3, fences[t.Topic])
+			data, code, ch := s.readPartition(&rp, t.Topic, p, v, budget, total == 0 || v < 3, fences.get(t.Topic))
 			if ch != nil {
 				chans = append(chans, ch)
 			}

@@ -17,15 +17,11 @@ import "github.com/twmb/franz-go/pkg/kmsg"
 // log start: "latest" is linearizable.
 func handleListOffsets(s *Session, sl *slot, kreq kmsg.Request, now int64) {
 	req := kreq.(*kmsg.ListOffsetsRequest)
-	op := &listOffsetsOp{sl: sl, req: req, fences: map[string]ReadFence{}, dl: now + fenceGrace}
-	for _, t := range req.Topics {
-		if _, seen := op.fences[t.Topic]; seen {
-			continue
-		}
-		if view, err := s.be.Log(t.Topic); err == nil {
-			op.fences[t.Topic] = view.Fence()
-		}
+	topics := make([]string, len(req.Topics))
+	for i, t := range req.Topics {
+		topics[i] = t.Topic
 	}
+	op := &listOffsetsOp{sl: sl, req: req, fences: s.startFences(topics), dl: now + fenceGrace}
 	op.poll(s, now)
 }
 
@@ -33,29 +29,15 @@ func handleListOffsets(s *Session, sl *slot, kreq kmsg.Request, now int64) {
 type listOffsetsOp struct {
 	sl     *slot
 	req    *kmsg.ListOffsetsRequest
-	fences map[string]ReadFence // by topic; nil entry: not led here at arrival
+	fences readFences
 	dl     int64
-}
-
-func (op *listOffsetsOp) pending() []<-chan struct{} {
-	var chans []<-chan struct{}
-	for _, t := range op.req.Topics {
-		if f := op.fences[t.Topic]; f != nil {
-			select {
-			case <-f.Done():
-			default:
-				chans = append(chans, f.Done())
-			}
-		}
-	}
-	return chans
 }
 
 func (op *listOffsetsOp) poll(s *Session, now int64) {
 	if op.sl.done {
 		return
 	}
-	if len(op.pending()) > 0 && now < op.dl {
+	if len(op.fences.pending()) > 0 && now < op.dl {
 		op.sl.op = op
 		return
 	}
@@ -73,7 +55,7 @@ func (op *listOffsetsOp) waits() []<-chan struct{} {
 	if op.sl.done {
 		return nil
 	}
-	return op.pending()
+	return op.fences.pending()
 }
 
 func (op *listOffsetsOp) answer(s *Session) {
@@ -86,7 +68,7 @@ func (op *listOffsetsOp) answer(s *Session) {
 			rp := kmsg.NewListOffsetsResponseTopicPartition()
 			rp.Partition = p.Partition
 			rp.Timestamp, rp.Offset, rp.LeaderEpoch = -1, -1, -1
-			off, ts, code := s.listOffset(t.Topic, p.Partition, p.Timestamp, v == 0, op.fences[t.Topic])
+			off, ts, code := s.listOffset(t.Topic, p.Partition, p.Timestamp, v == 0, op.fences.get(t.Topic))
 			rp.ErrorCode = code
 			if code == errNone {
 				rp.Offset, rp.Timestamp = off, ts

@@ -44,6 +44,21 @@ func waitLeader(t *testing.T, c *Cluster, group uint64) *Node {
 	return l
 }
 
+// waitResults runs the cluster until every proposal in ids completed.
+func waitResults(t *testing.T, c *Cluster, ids []raftnode.ProposalID) {
+	t.Helper()
+	ok, err := c.RunUntil(20000, func() bool {
+		for _, id := range ids {
+			if _, done := c.Results[id]; !done {
+				return false
+			}
+		}
+		return true
+	})
+	require.NoError(t, err)
+	require.True(t, ok, "proposals did not complete")
+}
+
 // produce proposes count batches on the group's leader and runs until all
 // complete, returning the successful results.
 func produce(t *testing.T, c *Cluster, group uint64, count int) []raftnode.Complete {
@@ -58,16 +73,7 @@ func produce(t *testing.T, c *Cluster, group uint64, count int) []raftnode.Compl
 		}
 		ids = append(ids, id)
 	}
-	ok, err := c.RunUntil(20000, func() bool {
-		for _, id := range ids {
-			if _, done := c.Results[id]; !done {
-				return false
-			}
-		}
-		return true
-	})
-	require.NoError(t, err)
-	require.True(t, ok, "proposals did not complete")
+	waitResults(t, c, ids)
 	var out []raftnode.Complete
 	for _, id := range ids {
 		out = append(out, c.Results[id])
@@ -251,16 +257,7 @@ func TestSmallProposalsShareEntries(t *testing.T) {
 		ids = append(ids, c.Propose(l, 7, raftnode.UserData(batch(1+i%3, value(i)))))
 	}
 	bad := c.Propose(l, 7, raftnode.UserData([]byte("not a batch")))
-	ok, err := c.RunUntil(20000, func() bool {
-		for _, id := range ids {
-			if _, done := c.Results[id]; !done {
-				return false
-			}
-		}
-		return true
-	})
-	require.NoError(t, err)
-	require.True(t, ok, "proposals did not complete")
+	waitResults(t, c, ids)
 	require.ErrorIs(t, c.Results[bad].Err, storage.ErrBadEntry, "a malformed user payload fails at once")
 
 	next := int64(0)
@@ -292,7 +289,7 @@ func TestSmallProposalsShareEntries(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, value(i), vs[0])
 	}
-	ok, err = c.RunUntil(5000, func() bool {
+	ok, err := c.RunUntil(5000, func() bool {
 		for _, n := range c.Nodes() {
 			if n.HighWatermark(7) != next {
 				return false
