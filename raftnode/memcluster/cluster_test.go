@@ -92,17 +92,24 @@ func TestReplicationAndOffsets(t *testing.T) {
 		next = r.NextOffset
 	}
 	// Every replica converges to byte-identical logs.
+	requireConverged(t, c, 7, next)
+}
+
+// requireConverged runs the cluster until every replica's high watermark is
+// hwm, then checks their logs are byte-identical.
+func requireConverged(t *testing.T, c *Cluster, group uint64, hwm int64) {
+	t.Helper()
 	ok, err := c.RunUntil(5000, func() bool {
 		for _, n := range c.Nodes() {
-			if n.HighWatermark(7) != next {
+			if n.HighWatermark(group) != hwm {
 				return false
 			}
 		}
 		return true
 	})
 	require.NoError(t, err)
-	require.True(t, ok)
-	requireIdentical(t, c, 7)
+	require.True(t, ok, "replicas did not converge")
+	requireIdentical(t, c, group)
 }
 
 func requireIdentical(t *testing.T, c *Cluster, group uint64) {
@@ -289,15 +296,5 @@ func TestSmallProposalsShareEntries(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, value(i), vs[0])
 	}
-	ok, err := c.RunUntil(5000, func() bool {
-		for _, n := range c.Nodes() {
-			if n.HighWatermark(7) != next {
-				return false
-			}
-		}
-		return true
-	})
-	require.NoError(t, err)
-	require.True(t, ok)
-	requireIdentical(t, c, 7)
+	requireConverged(t, c, 7, next)
 }
