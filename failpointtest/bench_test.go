@@ -17,6 +17,8 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/vdl-project/vdl/internal/proccluster"
 )
 
 // BenchmarkProduceMarkers: the production build's produce path is not
@@ -43,7 +45,7 @@ func BenchmarkProduceMarkers(b *testing.B) {
 	secs := envInt(b, "VDL_FPBENCH_SECONDS", 10)
 	producers := envInt(b, "VDL_FPBENCH_PRODUCERS", 4)
 	rounds := envInt(b, "VDL_FPBENCH_ROUNDS", 2)
-	markers := productionBinary(b)
+	markers := proccluster.Production.Path(b)
 	baseline := baselineBinary(b)
 	for range b.N {
 		runs := map[string][]float64{}
@@ -59,11 +61,11 @@ func BenchmarkProduceMarkers(b *testing.B) {
 				// written back, so its writeback does not slow this one.
 				syscall.Sync()
 				c := startCluster(b, v.bin)
-				cpu0 := c.cpuSeconds()
+				cpu0 := c.CPUSeconds()
 				mbps := produceLoad(b, c, producers, time.Duration(secs)*time.Second)
-				cpuPerMB := (c.cpuSeconds() - cpu0) * 1000 / (mbps * float64(secs))
-				c.stopAll()
-				_ = os.RemoveAll(c.dir)
+				cpuPerMB := (c.CPUSeconds() - cpu0) * 1000 / (mbps * float64(secs))
+				c.StopAll()
+				_ = os.RemoveAll(c.Dir)
 				runs[v.name] = append(runs[v.name], mbps)
 				cpu[v.name] = append(cpu[v.name], cpuPerMB)
 				b.Logf("round %d %-8s %7.2f MB/s %6.1f CPU-ms/MB", round, v.name, mbps, cpuPerMB)
@@ -93,33 +95,6 @@ func envInt(b *testing.B, name string, def int) int {
 	return def
 }
 
-// cpuSeconds is the user+system CPU time the cluster's running processes
-// have used (Linux /proc; USER_HZ 100).
-func (c *cluster) cpuSeconds() float64 {
-	total := 0.0
-	for _, n := range c.nodes {
-		n.mu.Lock()
-		cmd := n.cmd
-		n.mu.Unlock()
-		if cmd == nil || cmd.Process == nil {
-			continue
-		}
-		data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", cmd.Process.Pid))
-		if err != nil {
-			continue
-		}
-		s := string(data)
-		f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
-		if len(f) < 13 {
-			continue
-		}
-		ut, _ := strconv.ParseFloat(f[11], 64)
-		st, _ := strconv.ParseFloat(f[12], 64)
-		total += (ut + st) / 100
-	}
-	return total
-}
-
 func mean(xs []float64) float64 {
 	s := 0.0
 	for _, x := range xs {
@@ -143,8 +118,8 @@ func produceLoad(b *testing.B, c *cluster, producers int, d time.Duration) float
 	value := []byte(strings.Repeat("v", size))
 	var acked atomic.Int64
 	var seeds []string
-	for _, n := range c.nodes {
-		seeds = append(seeds, n.kafka)
+	for _, n := range c.Nodes {
+		seeds = append(seeds, n.Kafka)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), d)
 	defer cancel()
@@ -195,6 +170,10 @@ func baselineBinary(tb testing.TB) string {
 }
 
 func buildBaseline() (string, error) {
+	binDir, err := proccluster.BinDir()
+	if err != nil {
+		return "", err
+	}
 	src := filepath.Join(binDir, "baseline-src")
 	out, err := exec.Command("git", "-C", "..", "ls-files", "-co", "--exclude-standard").Output()
 	if err != nil {
@@ -223,7 +202,7 @@ func buildBaseline() (string, error) {
 	if n == 0 {
 		return "", fmt.Errorf("no failpoint marker found to strip")
 	}
-	return goBuild(src, filepath.Join(binDir, "baseline"))
+	return proccluster.GoBuild(src, filepath.Join(binDir, "baseline"))
 }
 
 var (

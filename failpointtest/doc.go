@@ -4,7 +4,10 @@
 //
 //   - harness_test.go builds ./cmd/vdl twice per test binary (the failpoint
 //     build with scripts/build-failpoint.sh, and the production build) and
-//     runs clusters of three `vdl server` processes on 127.0.0.1.
+//     runs clusters of three `vdl server` processes on 127.0.0.1 with
+//     internal/proccluster (shared with the integration tests); it adds the
+//     failpoint controls, a produce-probing leader wait and the ledger of
+//     acknowledged writes.
 //   - failpoints_test.go enables every registered failpoint over the admin
 //     HTTP (failpoints.Client) on a running failpoint build and observes its
 //     documented effect: crashes (SIGKILL, restart, no acknowledged write

@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/vdl-project/vdl/failpoints"
+	"github.com/vdl-project/vdl/internal/proccluster"
 )
 
 // allFailpoints is every failpoint VDL registers, with the test that
@@ -51,7 +52,7 @@ var allFailpoints = map[string]string{
 func TestPartitionsAndDelays(t *testing.T) {
 	c := startCluster(t, fpBin)
 
-	infos, err := fp(c.nodes[0]).List()
+	infos, err := fp(c.Nodes[0]).List()
 	require.NoError(t, err)
 	var names []string
 	for _, in := range infos {
@@ -82,7 +83,7 @@ func TestPartitionsAndDelays(t *testing.T) {
 	// cutOff enables name=term on node on, and checks that follower f stops
 	// applying while the leader goes on, then that f catches up.
 	cutOff := func(on *node, name, term string) {
-		t.Logf("%s=%s on node %d: follower %d must stop receiving", name, term, on.id, f.id)
+		t.Logf("%s=%s on node %d: follower %d must stop receiving", name, term, on.ID, f.ID)
 		h0 := c.hits(on, name)
 		c.enable(on, name, term)
 		time.Sleep(500 * time.Millisecond) // messages in flight land
@@ -96,32 +97,32 @@ func TestPartitionsAndDelays(t *testing.T) {
 		assert.Greater(t, c.hits(on, name), h0, "hits")
 		c.disable(on, name)
 		assert.True(t, waitFor(15*time.Second, func() bool { return c.mustStatus(f).Applied >= l1 }),
-			"follower %d did not catch up after %s was disabled", f.id, name)
+			"follower %d did not catch up after %s was disabled", f.ID, name)
 	}
-	cutOff(leader, "raftnode/dropTo", fmt.Sprintf("return(%d)", f.id))
-	cutOff(f, "raftnode/dropFrom", fmt.Sprintf("return(%d)", leader.id))
-	cutOff(leader, "raftnode/beforeLeaderSend", fmt.Sprintf("return(%d)", f.id))
+	cutOff(leader, "raftnode/dropTo", fmt.Sprintf("return(%d)", f.ID))
+	cutOff(f, "raftnode/dropFrom", fmt.Sprintf("return(%d)", leader.ID))
+	cutOff(leader, "raftnode/beforeLeaderSend", fmt.Sprintf("return(%d)", f.ID))
 
 	// The follower's answers to the leader are dropped: the leader's view of
 	// it (Match) stops while the other follower's advances.
 	{
 		name := "raftnode/beforeFollowerSend"
-		t.Logf("%s=return(%d) on node %d", name, leader.id, f.id)
-		c.enable(f, name, fmt.Sprintf("return(%d)", leader.id))
+		t.Logf("%s=return(%d) on node %d", name, leader.ID, f.ID)
+		c.enable(f, name, fmt.Sprintf("return(%d)", leader.ID))
 		time.Sleep(300 * time.Millisecond)
 		st := c.mustStatus(leader)
-		mf, mo := st.Progress[f.id].Match, st.Progress[o.id].Match
+		mf, mo := st.Progress[f.ID].Match, st.Progress[o.ID].Match
 		require.Equal(t, 5, c.produceN(l, cl, "resp", 5, 100))
 		time.Sleep(time.Second)
 		st = c.mustStatus(leader)
-		assert.Equal(t, mf, st.Progress[f.id].Match, "the leader must not hear from follower %d", f.id)
-		assert.GreaterOrEqual(t, st.Progress[o.id].Match, mo+5)
+		assert.Equal(t, mf, st.Progress[f.ID].Match, "the leader must not hear from follower %d", f.ID)
+		assert.GreaterOrEqual(t, st.Progress[o.ID].Match, mo+5)
 		assert.Greater(t, c.hits(f, name), uint64(0))
 		c.disable(f, name)
 		assert.True(t, waitFor(15*time.Second, func() bool {
 			st := c.mustStatus(leader)
-			return st.Progress[f.id].Match >= st.Progress[o.id].Match
-		}), "the leader did not hear from follower %d again", f.id)
+			return st.Progress[f.ID].Match >= st.Progress[o.ID].Match
+		}), "the leader did not hear from follower %d again", f.ID)
 	}
 
 	// Delays: one produce through a sleeping Kafka failpoint.
@@ -202,18 +203,18 @@ func TestCrashes(t *testing.T) {
 			target = c.followers(leader)[0]
 		}
 		role := map[bool]string{true: "leader", false: "follower"}[cc.onLeader]
-		t.Logf("%s=return(true) on node %d (%s)", cc.name, target.id, role)
+		t.Logf("%s=return(true) on node %d (%s)", cc.name, target.ID, role)
 		cl := c.client()
 		c.produceN(l, cl, "pre", 3, cc.size)
 		c.enable(target, cc.name, "return(true)")
 		start := time.Now()
-		for target.running() && time.Since(start) < 20*time.Second {
+		for target.Running() && time.Since(start) < 20*time.Second {
 			_ = l.produce(cl, l.value("crash", cc.size))
 		}
 		cl.Close()
 		c.waitCrash(target, 5*time.Second)
-		t.Logf("%s: node %d crashed after %s; restarting", cc.name, target.id, time.Since(start).Round(time.Millisecond))
-		c.restart(target)
+		t.Logf("%s: node %d crashed after %s; restarting", cc.name, target.ID, time.Since(start).Round(time.Millisecond))
+		c.Restart(target.ID)
 	}
 
 	// Committed, never answered: the response is lost with the process, the
@@ -225,14 +226,14 @@ func TestCrashes(t *testing.T) {
 	assert.Error(t, produce(cl, unanswered), "the server died before answering")
 	cl.Close()
 	c.waitCrash(leader, 5*time.Second)
-	c.restart(leader)
+	c.Restart(leader.ID)
 
 	got := c.checkNoAckedLoss(l)
 	assert.Contains(t, got, unanswered, "the produce committed before the crash")
 	// Every replica ends with the same log.
 	assert.True(t, waitFor(15*time.Second, func() bool {
 		var hw []int64
-		for _, n := range c.nodes {
+		for _, n := range c.Nodes {
 			hw = append(hw, c.mustStatus(n).HighWatermark)
 		}
 		return hw[0] == hw[1] && hw[1] == hw[2]
@@ -264,27 +265,27 @@ func TestIOErrors(t *testing.T) {
 		if !cc.onLeader {
 			target = c.followers(leader)[0]
 		}
-		t.Logf(`%s=return("eio") on node %d`, cc.name, target.id)
+		t.Logf(`%s=return("eio") on node %d`, cc.name, target.ID)
 		c.enable(target, cc.name, `return("eio")`)
 		cl := c.client(leader)
 		start := time.Now()
-		for health(target) == http.StatusOK && time.Since(start) < 20*time.Second {
+		for c.Health(target.ID) == http.StatusOK && time.Since(start) < 20*time.Second {
 			_ = l.produce(cl, l.value("eio", cc.size))
 		}
 		cl.Close()
-		require.Equal(t, http.StatusServiceUnavailable, health(target), "node %d /health after %s", target.id, cc.name)
-		require.True(t, target.running(), "an I/O error stops the server's writes, not the process")
+		require.Equal(t, http.StatusServiceUnavailable, c.Health(target.ID), "node %d /health after %s", target.ID, cc.name)
+		require.True(t, target.Running(), "an I/O error stops the server's writes, not the process")
 		assert.Greater(t, c.hits(target, cc.name), uint64(0))
 		if cc.onLeader {
 			// It accepts no write: a produce to it alone fails. (A follower's
 			// metadata would send the client to the leader.)
 			tc := c.client(target)
-			assert.Error(t, l.produce(tc, l.value("refused", 100)), "node %d acknowledged a write after its log failed", target.id)
+			assert.Error(t, l.produce(tc, l.value("refused", 100)), "node %d acknowledged a write after its log failed", target.ID)
 			tc.Close()
 		}
 		// The others serve (a new leader if it was the leader).
 		var others []*node
-		for _, n := range c.nodes {
+		for _, n := range c.Nodes {
 			if n != target {
 				others = append(others, n)
 			}
@@ -293,21 +294,21 @@ func TestIOErrors(t *testing.T) {
 		assert.True(t, waitFor(20*time.Second, func() bool { return l.produce(ocl, l.value("others", 100)) == nil }),
 			"the other nodes do not serve")
 		ocl.Close()
-		c.kill(target)
-		c.restart(target)
+		c.Kill(target.ID)
+		c.Restart(target.ID)
 	}
 
 	// Recovery fails at start-up.
 	leader := c.waitLeader(30 * time.Second)
 	f := c.followers(leader)[0]
-	c.kill(f)
-	c.start(f, "GO_FAILPOINTS="+failpoints.FullName("storage/beforeRecovery")+`=return(true)`)
-	err := c.waitExit(f, 20*time.Second)
+	c.Kill(f.ID)
+	c.StartNode(f.ID, "GO_FAILPOINTS="+failpoints.FullName("storage/beforeRecovery")+`=return(true)`)
+	err := c.WaitExit(f.ID, 20*time.Second)
 	var ee *exec.ExitError
 	require.ErrorAs(t, err, &ee)
 	assert.Equal(t, 1, ee.ExitCode(), "the server refuses to start")
-	assert.Contains(t, tail(f.log, 10), "injected I/O error")
-	c.restart(f)
+	assert.Contains(t, proccluster.Tail(f.LogPath, 10), "injected I/O error")
+	c.Restart(f.ID)
 
 	c.checkNoAckedLoss(l)
 }
@@ -325,13 +326,13 @@ func TestSnapshot(t *testing.T) {
 	l := &ledger{}
 	leader := c.waitLeader(30 * time.Second)
 	f := c.followers(leader)[0]
-	c.kill(f)
+	c.Kill(f.ID)
 
 	cl := c.client(leader)
 	require.Equal(t, 60, c.produceN(l, cl, "snap", 60, 16<<10), "about four segments")
 	cl.Close()
 	hwm := c.mustStatus(leader).HighWatermark
-	resp, err := httpc.Post(fmt.Sprintf("http://%s/streams/%s/retain?before=%d", leader.admin, stream, hwm-5), "", nil)
+	resp, err := httpc.Post(fmt.Sprintf("http://%s/streams/%s/retain?before=%d", leader.Admin, stream, hwm-5), "", nil)
 	require.NoError(t, err)
 	resp.Body.Close()
 	require.Equal(t, http.StatusOK, resp.StatusCode)
@@ -340,8 +341,8 @@ func TestSnapshot(t *testing.T) {
 	t.Logf("retention: the leader's log starts at offset %d of %d", start, hwm)
 
 	send, install := "raftnode/beforeSnapshotSend", "raftnode/beforeSnapshotInstall"
-	c.enable(leader, send, fmt.Sprintf("return(%d)", f.id))
-	c.restart(f)
+	c.enable(leader, send, fmt.Sprintf("return(%d)", f.ID))
+	c.Restart(f.ID)
 	require.True(t, waitFor(15*time.Second, func() bool { return c.hits(leader, send) > 0 }), "no snapshot was sent")
 	time.Sleep(time.Second)
 	assert.Less(t, c.mustStatus(f).Applied, c.mustStatus(leader).Applied, "the follower got no snapshot: it stays behind")
@@ -350,11 +351,11 @@ func TestSnapshot(t *testing.T) {
 	c.enable(f, install, "return(true)")
 	c.disable(leader, send)
 	c.waitCrash(f, 20*time.Second)
-	c.restart(f)
+	c.Restart(f.ID)
 	assert.True(t, waitFor(30*time.Second, func() bool {
 		fs, ls := c.mustStatus(f), c.mustStatus(leader)
 		return fs.Applied >= ls.Applied && fs.StartOffset == ls.StartOffset && fs.HighWatermark == ls.HighWatermark
 	}), "the follower did not install the snapshot and catch up")
 	fs := c.mustStatus(f)
-	t.Logf("follower %d: start offset %d, high watermark %d", f.id, fs.StartOffset, fs.HighWatermark)
+	t.Logf("follower %d: start offset %d, high watermark %d", f.ID, fs.StartOffset, fs.HighWatermark)
 }

@@ -4,14 +4,10 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"net"
 	"net/http"
-	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"sync"
 	"syscall"
@@ -21,79 +17,30 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/vdl-project/vdl/failpoints"
+	"github.com/vdl-project/vdl/internal/proccluster"
 	"github.com/vdl-project/vdl/server"
 )
 
-// Binaries, built once per test binary run: the failpoint build in TestMain
-// (every cluster test needs it), the production build on first use.
-var (
-	binDir  string
-	fpBin   string // scripts/build-failpoint.sh ./cmd/vdl
-	prodBin string // go build ./cmd/vdl
-	prodErr error
-	prodOne sync.Once
-)
+// The failpoint build, made in TestMain: every cluster test needs it. The
+// production build (proccluster.Production) is made on first use.
+var fpBin string
 
 func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "vdl-fptest-bin-")
-	if err != nil {
-		panic(err)
-	}
-	binDir = dir
-	code := 1
-	cmd := exec.Command("scripts/build-failpoint.sh", filepath.Join(dir, "failpoint"), "./cmd/vdl")
-	cmd.Dir = ".."
-	if out, err := cmd.CombinedOutput(); err != nil {
-		fmt.Fprintf(os.Stderr, "failpoint build of ./cmd/vdl: %v\n%s", err, out)
-	} else {
-		fpBin = filepath.Join(dir, "failpoint", "vdl")
-		code = m.Run()
-	}
-	_ = os.RemoveAll(dir)
-	os.Exit(code)
-}
-
-// productionBinary builds the production vdl (plain go build, as make build).
-func productionBinary(tb testing.TB) string {
-	tb.Helper()
-	prodOne.Do(func() { prodBin, prodErr = goBuild("..", filepath.Join(binDir, "production")) })
-	if prodErr != nil {
-		tb.Fatal(prodErr)
-	}
-	return prodBin
-}
-
-// goBuild builds ./cmd/vdl of the module in srcDir into outDir.
-func goBuild(srcDir, outDir string) (string, error) {
-	cmd := exec.Command("go", "build", "-o", filepath.Join(outDir, "vdl"), "./cmd/vdl")
-	cmd.Dir = srcDir
-	if out, err := cmd.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("go build ./cmd/vdl in %s: %v\n%s", srcDir, err, out)
-	}
-	return filepath.Join(outDir, "vdl"), nil
+	proccluster.Main(m, func() (err error) {
+		fpBin, err = proccluster.Failpoint.Build()
+		return err
+	})
 }
 
 const stream = "s1"
 
-// node is one server process.
-type node struct {
-	id                 uint64
-	kafka, raft, admin string
-	config, data, log  string
+type node = proccluster.Node
 
-	mu      sync.Mutex
-	cmd     *exec.Cmd
-	exited  chan struct{}
-	waitErr error
-	starts  int
-}
-
-// cluster is three `vdl server` processes of one binary.
+// cluster is a proccluster.Cluster with this package's helpers: failpoints,
+// a produce-probing leader wait, ledgers.
 type cluster struct {
-	t     testing.TB
-	bin   string
-	dir   string
-	nodes []*node
+	*proccluster.Cluster
+	t testing.TB
 }
 
 // startCluster starts three nodes of bin and waits for a serving leader of
@@ -101,262 +48,41 @@ type cluster struct {
 // happen within a test.
 func startCluster(t testing.TB, bin string) *cluster { return startNodes(t, bin, 3) }
 
-// startNodes starts a cluster of n nodes of bin.
+// startNodes starts a cluster of n nodes of bin. A failed test prints the
+// last 400 lines of each server log (crashes need the context).
 func startNodes(t testing.TB, bin string, n int) *cluster {
 	t.Helper()
-	c := &cluster{t: t, bin: bin, dir: t.TempDir()}
-	ports := freePorts(t, 3*n)
-	for i := range n {
-		id := uint64(i + 1)
-		c.nodes = append(c.nodes, &node{
-			id:     id,
-			kafka:  fmt.Sprintf("127.0.0.1:%d", ports[3*i]),
-			raft:   fmt.Sprintf("127.0.0.1:%d", ports[3*i+1]),
-			admin:  fmt.Sprintf("127.0.0.1:%d", ports[3*i+2]),
-			config: filepath.Join(c.dir, fmt.Sprintf("node%d.toml", id)),
-			data:   filepath.Join(c.dir, fmt.Sprintf("node%d", id)),
-			log:    filepath.Join(c.dir, fmt.Sprintf("node%d.log", id)),
-		})
-	}
-	for _, n := range c.nodes {
-		if err := os.WriteFile(n.config, []byte(c.configFor(n)), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	t.Cleanup(c.report)
-	t.Cleanup(c.stopAll)
-	for _, n := range c.nodes {
-		c.start(n)
-	}
-	for _, n := range c.nodes {
-		c.waitHealthy(n, 30*time.Second)
-	}
+	c := &cluster{t: t, Cluster: proccluster.Start(t, bin, proccluster.Options{
+		Nodes: n, SegmentBytes: 256 << 10, StartTimeout: 30 * time.Second, TailLines: 400})}
 	c.waitLeader(30 * time.Second)
 	return c
-}
-
-func (c *cluster) configFor(n *node) string {
-	var sb strings.Builder
-	fmt.Fprintf(&sb, "node_id = %d\ncluster_id = \"vdl-fp\"\ndata_dir = %q\n", n.id, n.data)
-	fmt.Fprintf(&sb, "kafka_listen = %q\nraft_listen = %q\nadmin_listen = %q\n\n", n.kafka, n.raft, n.admin)
-	sb.WriteString("[raft]\ntick_ms = 50\n\n[storage]\nsegment_bytes = 262144\n\n[log]\nlevel = \"info\"\n\n")
-	for _, p := range c.nodes {
-		fmt.Fprintf(&sb, "[[peers]]\nid = %d\nraft = %q\nkafka = %q\nadmin = %q\n\n", p.id, p.raft, p.kafka, p.admin)
-	}
-	fmt.Fprintf(&sb, "[[streams]]\nname = %q\nid = 1\n", stream)
-	return sb.String()
-}
-
-func freePorts(t testing.TB, n int) []int {
-	t.Helper()
-	var ports []int
-	for range n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer l.Close()
-		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
-	}
-	return ports
-}
-
-// start runs the node's process (env: extra environment, e.g. GO_FAILPOINTS).
-func (c *cluster) start(n *node, env ...string) {
-	c.t.Helper()
-	logf, err := os.OpenFile(n.log, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
-	if err != nil {
-		c.t.Fatal(err)
-	}
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	n.starts++
-	fmt.Fprintf(logf, "=== test: start #%d of node %d %v ===\n", n.starts, n.id, env)
-	cmd := exec.Command(c.bin, "server", "--config", n.config)
-	cmd.Env = append(os.Environ(), env...)
-	cmd.Stdout, cmd.Stderr = logf, logf
-	if err := cmd.Start(); err != nil {
-		logf.Close()
-		c.t.Fatalf("start node %d: %v", n.id, err)
-	}
-	exited := make(chan struct{})
-	n.cmd, n.exited, n.waitErr = cmd, exited, nil
-	go func() {
-		err := cmd.Wait()
-		logf.Close()
-		n.mu.Lock()
-		n.waitErr = err
-		n.mu.Unlock()
-		close(exited)
-	}()
-}
-
-func (n *node) running() bool {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	if n.exited == nil {
-		return false
-	}
-	select {
-	case <-n.exited:
-		return false
-	default:
-		return true
-	}
-}
-
-// waitExit waits for the node's process to end and returns its wait error.
-func (c *cluster) waitExit(n *node, timeout time.Duration) error {
-	c.t.Helper()
-	n.mu.Lock()
-	exited := n.exited
-	n.mu.Unlock()
-	select {
-	case <-exited:
-	case <-time.After(timeout):
-		c.t.Fatalf("node %d did not exit within %s", n.id, timeout)
-	}
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	return n.waitErr
 }
 
 // waitCrash waits for the node to die by a failpoint crash: SIGKILL, and
 // the crash line failpoints.Crash writes.
 func (c *cluster) waitCrash(n *node, timeout time.Duration) {
 	c.t.Helper()
-	err := c.waitExit(n, timeout)
+	err := c.WaitExit(n.ID, timeout)
 	var ee *exec.ExitError
 	if !errors.As(err, &ee) {
-		c.t.Fatalf("node %d: exit %v, want SIGKILL", n.id, err)
+		c.t.Fatalf("node %d: exit %v, want SIGKILL", n.ID, err)
 	}
 	ws, _ := ee.Sys().(syscall.WaitStatus)
 	if !ws.Signaled() || ws.Signal() != syscall.SIGKILL {
-		c.t.Fatalf("node %d: exit %v, want SIGKILL", n.id, err)
+		c.t.Fatalf("node %d: exit %v, want SIGKILL", n.ID, err)
 	}
-	if !strings.Contains(tail(n.log, 30), "vdl failpoint: crash (SIGKILL)") {
-		c.t.Fatalf("node %d died by SIGKILL without the failpoint's crash line", n.id)
-	}
-}
-
-func (c *cluster) kill(n *node) {
-	n.mu.Lock()
-	cmd, exited := n.cmd, n.exited
-	n.mu.Unlock()
-	if cmd == nil {
-		return
-	}
-	_ = cmd.Process.Kill()
-	<-exited
-}
-
-// restart starts a dead node again and waits for it to be healthy.
-func (c *cluster) restart(n *node) {
-	c.t.Helper()
-	if n.running() {
-		c.t.Fatalf("node %d is running", n.id)
-	}
-	c.start(n)
-	c.waitHealthy(n, 30*time.Second)
-}
-
-func (c *cluster) stopAll() {
-	var wg sync.WaitGroup
-	for _, n := range c.nodes {
-		wg.Go(func() {
-			n.mu.Lock()
-			cmd, exited := n.cmd, n.exited
-			n.mu.Unlock()
-			if cmd == nil {
-				return
-			}
-			select {
-			case <-exited:
-				return
-			default:
-			}
-			_ = cmd.Process.Signal(syscall.SIGTERM)
-			select {
-			case <-exited:
-			case <-time.After(10 * time.Second):
-				_ = cmd.Process.Kill()
-				<-exited
-			}
-		})
-	}
-	wg.Wait()
-}
-
-func (c *cluster) report() {
-	if !c.t.Failed() {
-		return
-	}
-	for _, n := range c.nodes {
-		c.t.Logf("---- tail of %s ----\n%s", n.log, tail(n.log, 400))
+	if !strings.Contains(proccluster.Tail(n.LogPath, 30), "vdl failpoint: crash (SIGKILL)") {
+		c.t.Fatalf("node %d died by SIGKILL without the failpoint's crash line", n.ID)
 	}
 }
 
-func tail(path string, lines int) string {
-	data, err := os.ReadFile(path)
-	if err != nil {
-		return err.Error()
-	}
-	ls := strings.Split(strings.TrimRight(string(data), "\n"), "\n")
-	if len(ls) > lines {
-		ls = ls[len(ls)-lines:]
-	}
-	return strings.Join(ls, "\n")
-}
-
+// httpc is for the admin requests the tests make themselves.
 var httpc = &http.Client{Timeout: 3 * time.Second}
 
-// health returns the node's GET /health status code (0: no answer).
-func health(n *node) int {
-	resp, err := httpc.Get("http://" + n.admin + "/health")
-	if err != nil {
-		return 0
-	}
-	resp.Body.Close()
-	return resp.StatusCode
-}
-
-func (c *cluster) waitHealthy(n *node, timeout time.Duration) {
-	c.t.Helper()
-	deadline := time.Now().Add(timeout)
-	for time.Now().Before(deadline) {
-		if !n.running() {
-			c.t.Fatalf("node %d exited while waiting for /health", n.id)
-		}
-		if health(n) == http.StatusOK {
-			return
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	c.t.Fatalf("node %d not healthy after %s", n.id, timeout)
-}
-
-// status returns the node's view of stream.
-func status(n *node) (server.StreamStatus, error) {
-	resp, err := httpc.Get("http://" + n.admin + "/status")
-	if err != nil {
-		return server.StreamStatus{}, err
-	}
-	defer resp.Body.Close()
-	var st server.Status
-	if err := json.NewDecoder(resp.Body).Decode(&st); err != nil {
-		return server.StreamStatus{}, err
-	}
-	for _, s := range st.Streams {
-		if s.Name == stream {
-			return s, nil
-		}
-	}
-	return server.StreamStatus{}, fmt.Errorf("node %d: no stream %q", n.id, stream)
-}
-
+// mustStatus returns the node's view of stream.
 func (c *cluster) mustStatus(n *node) server.StreamStatus {
 	c.t.Helper()
-	s, err := status(n)
+	s, err := c.StreamStatus(n.ID, stream)
 	if err != nil {
 		c.t.Fatal(err)
 	}
@@ -368,54 +94,21 @@ func (c *cluster) mustStatus(n *node) server.StreamStatus {
 // need: it is never asserted on).
 func (c *cluster) waitLeader(timeout time.Duration) *node {
 	c.t.Helper()
-	deadline := time.Now().Add(timeout)
-	why := ""
-	for time.Now().Before(deadline) {
-		var leader uint64
-		agree := true
-		for _, n := range c.nodes {
-			if !n.running() || health(n) != http.StatusOK {
-				continue
-			}
-			s, err := status(n)
-			if err != nil || s.Leader == 0 || (leader != 0 && s.Leader != leader) {
-				agree, why = false, fmt.Sprintf("node %d: leader %d err %v", n.id, s.Leader, err)
-				break
-			}
-			leader = s.Leader
+	id := c.WaitLeaderServing(stream, timeout, func(leader uint64) error {
+		cl := c.client(c.Node(leader))
+		defer cl.Close()
+		if err := produce(cl, "probe"); err != nil {
+			return fmt.Errorf("probe produce: %w", err)
 		}
-		if agree && leader != 0 {
-			l := c.node(leader)
-			if s, err := status(l); err == nil && s.Role == "StateLeader" && l.running() {
-				cl := c.client(l)
-				err := produce(cl, "probe")
-				cl.Close()
-				if err == nil {
-					return l
-				}
-				why = "probe produce: " + err.Error()
-			}
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	c.t.Fatalf("no serving leader after %s (%s)", timeout, why)
-	return nil
-}
-
-func (c *cluster) node(id uint64) *node {
-	for _, n := range c.nodes {
-		if n.id == id {
-			return n
-		}
-	}
-	c.t.Fatalf("no node %d", id)
-	return nil
+		return nil
+	})
+	return c.Node(id)
 }
 
 // followers returns the nodes other than leader.
 func (c *cluster) followers(leader *node) []*node {
 	var out []*node
-	for _, n := range c.nodes {
+	for _, n := range c.Nodes {
 		if n != leader {
 			out = append(out, n)
 		}
@@ -423,19 +116,19 @@ func (c *cluster) followers(leader *node) []*node {
 	return out
 }
 
-func fp(n *node) *failpoints.Client { return &failpoints.Client{BaseURL: n.admin} }
+func fp(n *node) *failpoints.Client { return &failpoints.Client{BaseURL: n.Admin} }
 
 func (c *cluster) enable(n *node, name, term string) {
 	c.t.Helper()
 	if err := fp(n).Enable(name, term); err != nil {
-		c.t.Fatalf("node %d: enable %s=%s: %v", n.id, name, term, err)
+		c.t.Fatalf("node %d: enable %s=%s: %v", n.ID, name, term, err)
 	}
 }
 
 func (c *cluster) disable(n *node, name string) {
 	c.t.Helper()
 	if err := fp(n).Disable(name); err != nil {
-		c.t.Fatalf("node %d: disable %s: %v", n.id, name, err)
+		c.t.Fatalf("node %d: disable %s: %v", n.ID, name, err)
 	}
 }
 
@@ -443,7 +136,7 @@ func (c *cluster) hits(n *node, name string) uint64 {
 	c.t.Helper()
 	in, err := fp(n).Get(name)
 	if err != nil {
-		c.t.Fatalf("node %d: get %s: %v", n.id, name, err)
+		c.t.Fatalf("node %d: get %s: %v", n.ID, name, err)
 	}
 	return in.Hits
 }
@@ -454,11 +147,11 @@ func (c *cluster) hits(n *node, name string) uint64 {
 func (c *cluster) client(nodes ...*node) *kgo.Client {
 	c.t.Helper()
 	if len(nodes) == 0 {
-		nodes = c.nodes
+		nodes = c.Nodes
 	}
 	var seeds []string
 	for _, n := range nodes {
-		seeds = append(seeds, n.kafka)
+		seeds = append(seeds, n.Kafka)
 	}
 	cl, err := kgo.NewClient(kgo.SeedBrokers(seeds...), kgo.DefaultProduceTopic(stream),
 		kgo.RequiredAcks(kgo.AllISRAcks()), kgo.DisableIdempotentWrite(),
@@ -532,7 +225,7 @@ func (c *cluster) produceN(l *ledger, cl *kgo.Client, tag string, n, size int) i
 func (c *cluster) readAll(leader *node) []string {
 	c.t.Helper()
 	hwm := c.mustStatus(leader).HighWatermark
-	cl, err := kgo.NewClient(kgo.SeedBrokers(leader.kafka),
+	cl, err := kgo.NewClient(kgo.SeedBrokers(leader.Kafka),
 		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{stream: {0: kgo.NewOffset().At(0)}}),
 		kgo.FetchMaxWait(200*time.Millisecond))
 	if err != nil {

@@ -18,6 +18,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/vdl-project/vdl/failpoints"
+	"github.com/vdl-project/vdl/internal/proccluster"
 )
 
 // TestProductionBinary builds the production vdl (go build ./cmd/vdl, as
@@ -29,7 +30,7 @@ import (
 // ErrNoControlPlane) while its admin HTTP works; GO_FAILPOINTS makes it
 // refuse to start.
 func TestProductionBinary(t *testing.T) {
-	prod, err := os.ReadFile(productionBinary(t))
+	prod, err := os.ReadFile(proccluster.Production.Path(t))
 	require.NoError(t, err)
 	inst, err := os.ReadFile(fpBin)
 	require.NoError(t, err)
@@ -45,13 +46,13 @@ func TestProductionBinary(t *testing.T) {
 		assert.True(t, bytes.Contains(inst, []byte(s)), "the failpoint binary lacks %q", s)
 	}
 
-	c := startNodes(t, productionBinary(t), 1)
-	n := c.nodes[0]
-	assert.Equal(t, http.StatusOK, health(n))
+	c := startNodes(t, proccluster.Production.Path(t), 1)
+	n := c.Nodes[0]
+	assert.Equal(t, http.StatusOK, c.Health(n.ID))
 	for _, path := range []string{failpoints.Prefix, failpoints.Prefix + "/", failpoints.Prefix + "/storage/beforeSync",
 		failpoints.Prefix + "/" + failpoints.FullName("raftnode/dropTo")} {
 		for _, method := range []string{http.MethodGet, http.MethodPut, http.MethodDelete} {
-			req, err := http.NewRequest(method, "http://"+n.admin+path, strings.NewReader("return(true)"))
+			req, err := http.NewRequest(method, "http://"+n.Admin+path, strings.NewReader("return(true)"))
 			require.NoError(t, err)
 			resp, err := httpc.Do(req)
 			require.NoError(t, err)
@@ -68,15 +69,15 @@ func TestProductionBinary(t *testing.T) {
 	cl := c.client()
 	assert.NoError(t, produce(cl, "production"))
 	cl.Close()
-	c.stopAll()
+	c.StopAll()
 
 	// GO_FAILPOINTS on a production build is refused, not ignored.
-	c.start(n, "GO_FAILPOINTS="+failpoints.FullName("storage/beforeSync")+"=return(true)")
-	err = c.waitExit(n, 10*time.Second)
+	c.StartNode(n.ID, "GO_FAILPOINTS="+failpoints.FullName("storage/beforeSync")+"=return(true)")
+	err = c.WaitExit(n.ID, 10*time.Second)
 	var ee *exec.ExitError
 	require.ErrorAs(t, err, &ee)
 	assert.Equal(t, 2, ee.ExitCode())
-	assert.Contains(t, tail(n.log, 5), "production build")
+	assert.Contains(t, proccluster.Tail(n.LogPath, 5), "production build")
 }
 
 // markedFuncs matches the functions holding VDL's failpoint markers (and
@@ -96,7 +97,7 @@ func TestMarkersCompileAway(t *testing.T) {
 		t.Skip("-short: builds a third binary")
 	}
 	base := disasm(t, baselineBinary(t))
-	prod := disasm(t, productionBinary(t))
+	prod := disasm(t, proccluster.Production.Path(t))
 	require.NotEmpty(t, prod)
 	var names []string
 	for name := range prod {
@@ -116,7 +117,7 @@ func TestMarkersCompileAway(t *testing.T) {
 	// And no other VDL function changed (inlining into callers, say): the
 	// same functions, of the same sizes but for register-allocation noise
 	// (a spill ordered differently: a few bytes in a few functions).
-	bs, ps := funcSizes(t, baselineBinary(t)), funcSizes(t, productionBinary(t))
+	bs, ps := funcSizes(t, baselineBinary(t)), funcSizes(t, proccluster.Production.Path(t))
 	require.Equal(t, sizeNames(bs), sizeNames(ps), "the same VDL functions in both builds")
 	bm, pm := sizeMap(bs), sizeMap(ps)
 	var differ []string

@@ -61,14 +61,6 @@ func selfCPU() float64 {
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano()).Seconds()
 }
 
-func clusterCPU(c *Cluster) float64 {
-	var s float64
-	for _, n := range c.Nodes {
-		s += n.CPUSeconds()
-	}
-	return s
-}
-
 type pacedResult struct {
 	records        int64
 	rate           float64
@@ -240,7 +232,7 @@ func runE2E(b *testing.B, dir string, dur time.Duration) {
 	defer cancel()
 	var wg sync.WaitGroup
 	r.loadBefore = loadAvg()
-	cpu0, self0 := clusterCPU(c), selfCPU()
+	cpu0, self0 := c.CPUSeconds(), selfCPU()
 	startProduce := time.Now()
 	for p := 0; p < producers; p++ {
 		opts := []kgo.Opt{kgo.SeedBrokers(brokers...), kgo.DefaultProduceTopic(stream),
@@ -291,7 +283,7 @@ func runE2E(b *testing.B, dir string, dur time.Duration) {
 	}
 	wg.Wait()
 	r.produceSecs = time.Since(startProduce).Seconds()
-	r.serverCPU = clusterCPU(c) - cpu0
+	r.serverCPU = c.CPUSeconds() - cpu0
 	r.clientCPU = selfCPU() - self0
 	r.produced = acked.Load()
 	r.produceErrs = errs.Load()

@@ -17,6 +17,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/vdl-project/vdl/internal/clienttest"
 )
 
 var profiles = []string{"modern", "kafka-0.10"}
@@ -157,18 +159,7 @@ func saramaConsume(t *testing.T, brokers []string, cfg *sarama.Config, stream st
 	pc, err := cons.ConsumePartition(stream, 0, sarama.OffsetOldest)
 	require.NoError(t, err)
 	defer pc.Close()
-	var got []string
-	for len(got) < n {
-		select {
-		case m := <-pc.Messages():
-			require.Equal(t, int64(len(got)), m.Offset)
-			got = append(got, string(m.Value))
-		case err := <-pc.Errors():
-			t.Fatalf("consume: %v", err)
-		case <-time.After(30 * time.Second):
-			t.Fatalf("consume timed out after %d of %d", len(got), n)
-		}
-	}
+	got := clienttest.ReadPartition(t, pc, n)
 	select {
 	case m := <-pc.Messages():
 		t.Fatalf("unexpected message at offset %d: %q", m.Offset, m.Value)

@@ -5,5 +5,6 @@
 // the end-to-end benchmark (BenchmarkE2E, `make bench-e2e`; method and
 // figures in docs/performance.md).
 //
-// The package has tests only; see harness_test.go for the cluster harness.
+// The package has tests only; the cluster harness is internal/proccluster
+// (harness_test.go wires it in).
 package integration

@@ -16,6 +16,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kversion"
 
+	"github.com/vdl-project/vdl/internal/clienttest"
 	"github.com/vdl-project/vdl/kafka"
 	"github.com/vdl-project/vdl/kafka/kafkatest"
 )
@@ -182,18 +183,7 @@ func TestClientSarama(t *testing.T) {
 			pc, err := c.ConsumePartition(topic, 0, sarama.OffsetOldest)
 			require.NoError(t, err)
 			defer pc.Close()
-			var got []string
-			for len(got) < len(want) {
-				select {
-				case m := <-pc.Messages():
-					require.Equal(t, int64(len(got)), m.Offset)
-					got = append(got, string(m.Value))
-				case err := <-pc.Errors():
-					t.Fatalf("consume: %v", err)
-				case <-time.After(30 * time.Second):
-					t.Fatalf("consume timed out after %d", len(got))
-				}
-			}
+			got := clienttest.ReadPartition(t, pc, len(want))
 			// The async producer does not keep order across retries; the
 			// log order is what counts: sync values first, in order.
 			require.Equal(t, want[:100], got[:100])

@@ -2,11 +2,9 @@ package kafka_test
 
 import (
 	"context"
-	"errors"
 	"log/slog"
 	"net"
 	"os"
-	"sync"
 	"testing"
 	"time"
 
@@ -14,6 +12,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kversion"
 
+	"github.com/vdl-project/vdl/internal/clienttest"
 	"github.com/vdl-project/vdl/kafka"
 	"github.com/vdl-project/vdl/kafka/kafkatest"
 )
@@ -56,36 +55,6 @@ func produceValues(t *testing.T, addr string, vals []string) {
 		cl.Produce(ctx, &kgo.Record{Value: []byte(v)}, func(_ *kgo.Record, err error) { require.NoError(t, err) })
 	}
 	require.NoError(t, cl.Flush(ctx))
-}
-
-// killableDialer hands out connections that kill() closes at once, after
-// which dials fail: the client looks dead to the server (no LeaveGroup).
-type killableDialer struct {
-	mu    sync.Mutex
-	dead  bool
-	conns []net.Conn
-}
-
-func (d *killableDialer) dial(ctx context.Context, network, host string) (net.Conn, error) {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if d.dead {
-		return nil, errors.New("killed")
-	}
-	c, err := (&net.Dialer{}).DialContext(ctx, network, host)
-	if err == nil {
-		d.conns = append(d.conns, c)
-	}
-	return c, err
-}
-
-func (d *killableDialer) kill() {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	d.dead = true
-	for _, c := range d.conns {
-		_ = c.Close()
-	}
 }
 
 func kgoGroupOpts(addr, profile string, balancer kgo.GroupBalancer) []kgo.Opt {
@@ -170,75 +139,13 @@ func TestGroupFranzGoTakeoverAfterKill(t *testing.T) {
 	want := values(60, "v")
 	produceValues(t, addr, want[:30])
 
-	dA, dB := &killableDialer{}, &killableDialer{}
-	a, err := kgo.NewClient(append(kgoGroupOpts(addr, kafka.ProfileModern, kgo.RangeBalancer()), kgo.Dialer(dA.dial))...)
-	require.NoError(t, err)
-	defer a.Close()
-	b, err := kgo.NewClient(append(kgoGroupOpts(addr, kafka.ProfileModern, kgo.RangeBalancer()), kgo.Dialer(dB.dial))...)
-	require.NoError(t, err)
-	defer b.Close()
-
-	// Poll both until the 30 records arrived; exactly one of them gets any.
-	type rec struct {
-		who string
-		off int64
-	}
-	recs := make(chan rec, 200)
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	poll := func(name string, cl *kgo.Client) {
-		for ctx.Err() == nil {
-			fs := cl.PollFetches(ctx)
-			if fs.IsClientClosed() {
-				return
-			}
-			fs.EachRecord(func(r *kgo.Record) { recs <- rec{name, r.Offset} })
-			_ = cl.CommitUncommittedOffsets(ctx)
-		}
-	}
-	go poll("a", a)
-	go poll("b", b)
-	owner := ""
-	deadline := time.After(30 * time.Second)
-	for n := 0; n < 30; n++ {
-		select {
-		case r := <-recs:
-			if owner == "" {
-				owner = r.who
-			}
-			require.Equal(t, owner, r.who, "one partition: one consumer")
-			require.Equal(t, int64(n), r.off)
-		case <-deadline:
-			t.Fatalf("only %d records", n)
-		}
-	}
-	time.Sleep(300 * time.Millisecond) // let the last commit go out
-	killed := time.Now()
-	if owner == "a" {
-		dA.kill()
-	} else {
-		dB.kill()
-	}
-	produceValues(t, addr, want[30:])
-	next := map[string]string{"a": "b", "b": "a"}[owner]
-	var first int64 = -1
-	for n := 30; n < 60; {
-		select {
-		case r := <-recs:
-			if r.who == owner {
-				continue // in flight before the kill
-			}
-			require.Equal(t, next, r.who)
-			if first < 0 {
-				first = r.off
-				require.Less(t, time.Since(killed), 10*time.Second)
-			}
-			if r.off == int64(n) {
-				n++
-			}
-		case <-deadline:
-			t.Fatalf("takeover: only up to %d", n)
-		}
-	}
-	require.Equal(t, int64(30), first, "takes over at the committed offset")
+	opts := kgoGroupOpts(addr, kafka.ProfileModern, kgo.RangeBalancer())
+	clienttest.Takeover{
+		A: clienttest.NewMember(t, opts...), B: clienttest.NewMember(t, opts...),
+		First: 30, Total: 60,
+		ProduceRest: func() { produceValues(t, addr, want[30:]) },
+		CommitWait:  300 * time.Millisecond,
+		Within:      10 * time.Second,
+		Timeout:     30 * time.Second,
+	}.Run(t)
 }

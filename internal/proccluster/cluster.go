@@ -1,0 +1,448 @@
+// Package proccluster runs VDL clusters of real `vdl server` processes on
+// 127.0.0.1 for the integration and failpoint tests, which share it so that
+// both exercise the server the same way: it builds ./cmd/vdl (production or
+// failpoint build) once per test binary, writes each node's TOML config on
+// free ports, starts, kills (SIGKILL), stops (SIGTERM) and restarts the
+// processes on the same config and data dir, waits for health and serving
+// leaders, and keeps every server's output in a log file whose tail is
+// printed when the test fails.
+//
+// It is a non-test package only so that both test packages can import it;
+// nothing but tests uses it.
+package proccluster
+
+import (
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// Options shape a test cluster.
+type Options struct {
+	Nodes          int      // default 3
+	Profile        string   // "modern" (default) or "kafka-0.10"
+	Streams        []string // default ["s1"]; ids 1, 2, ...
+	TickMillis     int      // default 50 (election after 10-20 ticks)
+	SegmentBytes   int64    // default: the server's
+	TailCacheBytes int64    // default: the server's (8 MiB)
+	LogLevel       string   // default "info"
+	Dir            string   // default tb.TempDir()
+	// StartTimeout bounds each wait of Start, Restart and RestartAll: for a
+	// node's /health, for a stream's serving leader. Default 20s.
+	StartTimeout time.Duration
+	// TailLines of each server log are printed when the test failed (the
+	// whole logs are kept in a temp dir). Default 40.
+	TailLines int
+}
+
+// Node is one server process.
+type Node struct {
+	ID                 uint64
+	Kafka, Raft, Admin string
+	ConfigPath         string
+	DataDir            string
+	LogPath            string
+
+	mu       sync.Mutex
+	cmd      *exec.Cmd
+	exited   chan struct{}
+	waitErr  error
+	expected bool // the harness stopped or killed it, or the test waits for its exit
+	starts   int
+}
+
+// Cluster is the server processes of one test.
+type Cluster struct {
+	Dir   string
+	Nodes []*Node
+
+	tb   testing.TB
+	opts Options
+	bin  string
+
+	mu         sync.Mutex
+	unexpected []exit // processes that ended without the harness or the test asking
+}
+
+type exit struct {
+	id    uint64
+	start int
+	msg   string
+}
+
+// Start starts a cluster of bin and waits until every stream has a leader
+// that serves Kafka requests. Everything is stopped at the end of the test;
+// a process that died on its own (not by Kill, a stop, or an exit the test
+// waited for with WaitExit) or hung on SIGTERM fails the test.
+func Start(tb testing.TB, bin string, opts Options) *Cluster {
+	tb.Helper()
+	if opts.Nodes == 0 {
+		opts.Nodes = 3
+	}
+	if opts.Profile == "" {
+		opts.Profile = "modern"
+	}
+	if len(opts.Streams) == 0 {
+		opts.Streams = []string{"s1"}
+	}
+	if opts.TickMillis == 0 {
+		opts.TickMillis = 50
+	}
+	if opts.LogLevel == "" {
+		opts.LogLevel = "info"
+	}
+	if opts.Dir == "" {
+		opts.Dir = tb.TempDir()
+	}
+	if opts.StartTimeout == 0 {
+		opts.StartTimeout = 20 * time.Second
+	}
+	if opts.TailLines == 0 {
+		opts.TailLines = 40
+	}
+	if err := os.MkdirAll(opts.Dir, 0o755); err != nil {
+		tb.Fatal(err)
+	}
+	c := &Cluster{tb: tb, opts: opts, Dir: opts.Dir, bin: bin}
+	ports := freePorts(tb, 3*opts.Nodes)
+	for i := range opts.Nodes {
+		id := uint64(i + 1)
+		c.Nodes = append(c.Nodes, &Node{
+			ID:         id,
+			Kafka:      fmt.Sprintf("127.0.0.1:%d", ports[3*i]),
+			Raft:       fmt.Sprintf("127.0.0.1:%d", ports[3*i+1]),
+			Admin:      fmt.Sprintf("127.0.0.1:%d", ports[3*i+2]),
+			ConfigPath: filepath.Join(c.Dir, fmt.Sprintf("node%d.toml", id)),
+			DataDir:    filepath.Join(c.Dir, fmt.Sprintf("node%d", id)),
+			LogPath:    filepath.Join(c.Dir, fmt.Sprintf("node%d.log", id)),
+		})
+	}
+	c.writeConfigs()
+	// Cleanups run last-in first-out: stop the processes, then report.
+	tb.Cleanup(c.report)
+	tb.Cleanup(c.StopAll)
+	c.startAll()
+	return c
+}
+
+func (c *Cluster) writeConfigs() {
+	c.tb.Helper()
+	for _, n := range c.Nodes {
+		if err := os.WriteFile(n.ConfigPath, []byte(c.config(n)), 0o644); err != nil {
+			c.tb.Fatal(err)
+		}
+	}
+}
+
+func (c *Cluster) config(n *Node) string {
+	var sb strings.Builder
+	fmt.Fprintf(&sb, "node_id = %d\ncluster_id = \"vdl-test\"\ndata_dir = %q\nprofile = %q\n", n.ID, n.DataDir, c.opts.Profile)
+	fmt.Fprintf(&sb, "kafka_listen = %q\nraft_listen = %q\nadmin_listen = %q\n\n", n.Kafka, n.Raft, n.Admin)
+	fmt.Fprintf(&sb, "[raft]\ntick_ms = %d\n\n", c.opts.TickMillis)
+	if c.opts.SegmentBytes > 0 || c.opts.TailCacheBytes > 0 {
+		sb.WriteString("[storage]\n")
+		if c.opts.SegmentBytes > 0 {
+			fmt.Fprintf(&sb, "segment_bytes = %d\n", c.opts.SegmentBytes)
+		}
+		if c.opts.TailCacheBytes > 0 {
+			fmt.Fprintf(&sb, "tail_cache_bytes = %d\n", c.opts.TailCacheBytes)
+		}
+		sb.WriteString("\n")
+	}
+	fmt.Fprintf(&sb, "[log]\nlevel = %q\n\n", c.opts.LogLevel)
+	for _, p := range c.Nodes {
+		// admin: servers copy a snapshot's entries from each other over it.
+		fmt.Fprintf(&sb, "[[peers]]\nid = %d\nraft = %q\nkafka = %q\nadmin = %q\n\n", p.ID, p.Raft, p.Kafka, p.Admin)
+	}
+	for i, s := range c.opts.Streams {
+		fmt.Fprintf(&sb, "[[streams]]\nname = %q\nid = %d\n\n", s, i+1)
+	}
+	return sb.String()
+}
+
+// freePorts picks n distinct free TCP ports by listening on :0 (all held
+// open until every port is picked, so they are distinct), then closing.
+func freePorts(tb testing.TB, n int) []int {
+	tb.Helper()
+	var ls []net.Listener
+	defer func() {
+		for _, l := range ls {
+			l.Close()
+		}
+	}()
+	var ports []int
+	for range n {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			tb.Fatal(err)
+		}
+		ls = append(ls, l)
+		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
+	}
+	return ports
+}
+
+// startAll starts every node and waits for their health and the streams'
+// leaders.
+func (c *Cluster) startAll() {
+	c.tb.Helper()
+	for _, n := range c.Nodes {
+		c.StartNode(n.ID)
+	}
+	for _, n := range c.Nodes {
+		c.WaitHealthy(n.ID, c.opts.StartTimeout)
+	}
+	for _, s := range c.opts.Streams {
+		c.WaitLeader(s, c.opts.StartTimeout)
+	}
+}
+
+// StartNode runs a node's process and returns at once; env is added to the
+// environment (GO_FAILPOINTS, say). Its output goes to LogPath.
+func (c *Cluster) StartNode(id uint64, env ...string) {
+	c.tb.Helper()
+	n := c.Node(id)
+	logf, err := os.OpenFile(n.LogPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		c.tb.Fatal(err)
+	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.starts++
+	start := n.starts
+	fmt.Fprintf(logf, "=== harness: start #%d of node %d at %s env %v ===\n", start, n.ID, time.Now().Format(time.RFC3339Nano), env)
+	cmd := exec.Command(c.bin, "server", "--config", n.ConfigPath)
+	cmd.Env = append(os.Environ(), env...)
+	cmd.Stdout, cmd.Stderr = logf, logf
+	if err := cmd.Start(); err != nil {
+		logf.Close()
+		c.tb.Fatalf("start node %d: %v", n.ID, err)
+	}
+	exited := make(chan struct{})
+	n.cmd, n.exited, n.expected, n.waitErr = cmd, exited, false, nil
+	go func() {
+		err := cmd.Wait()
+		logf.Close()
+		n.mu.Lock()
+		n.waitErr = err
+		expected := n.expected
+		n.mu.Unlock()
+		if !expected {
+			c.mu.Lock()
+			c.unexpected = append(c.unexpected, exit{n.ID, start, fmt.Sprintf("node %d exited unexpectedly: %v", n.ID, err)})
+			c.mu.Unlock()
+		}
+		close(exited)
+	}()
+}
+
+// Node returns the node with id.
+func (c *Cluster) Node(id uint64) *Node {
+	for _, n := range c.Nodes {
+		if n.ID == id {
+			return n
+		}
+	}
+	c.tb.Fatalf("no node %d", id)
+	return nil
+}
+
+// Running reports whether the node's process is running.
+func (n *Node) Running() bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.exited == nil {
+		return false
+	}
+	select {
+	case <-n.exited:
+		return false
+	default:
+		return true
+	}
+}
+
+// expectExit marks the node's current process as one whose end the harness
+// or the test asked for (not reported as unexpected) and returns it.
+func (n *Node) expectExit() (cmd *exec.Cmd, exited chan struct{}, start int) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.expected = true
+	return n.cmd, n.exited, n.starts
+}
+
+// Kill sends SIGKILL to a node and waits for the process to be gone.
+func (c *Cluster) Kill(id uint64) {
+	c.tb.Helper()
+	cmd, exited, _ := c.Node(id).expectExit()
+	if cmd == nil {
+		return
+	}
+	_ = cmd.Process.Kill()
+	<-exited
+	c.tb.Logf("killed node %d (kill -9)", id)
+}
+
+// Restart starts a stopped, killed or crashed node again on the same config
+// and data dir and waits for its health.
+func (c *Cluster) Restart(id uint64) {
+	c.tb.Helper()
+	if c.Node(id).Running() {
+		c.tb.Fatalf("node %d is running", id)
+	}
+	c.StartNode(id)
+	c.WaitHealthy(id, c.opts.StartTimeout)
+	c.tb.Logf("restarted node %d", id)
+}
+
+// WaitExit waits for a node's process to end by itself (a crash or a
+// refused start the test caused) and returns its wait error, for the test
+// to judge: the exit is not reported as unexpected.
+func (c *Cluster) WaitExit(id uint64, timeout time.Duration) error {
+	c.tb.Helper()
+	n := c.Node(id)
+	_, exited, start := n.expectExit()
+	select {
+	case <-exited:
+	case <-time.After(timeout):
+		c.tb.Fatalf("node %d did not exit within %s", id, timeout)
+	}
+	// It may have ended before the test asked.
+	c.mu.Lock()
+	c.unexpected = slices.DeleteFunc(c.unexpected, func(e exit) bool { return e.id == id && e.start == start })
+	c.mu.Unlock()
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.waitErr
+}
+
+// stop ends a node with SIGTERM (graceful), SIGKILL after a grace period; a
+// node that needs the SIGKILL is reported as a hang.
+func (c *Cluster) stop(n *Node) {
+	cmd, exited, _ := n.expectExit()
+	if cmd == nil {
+		return
+	}
+	select {
+	case <-exited:
+		return
+	default:
+	}
+	_ = cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-exited:
+	case <-time.After(15 * time.Second):
+		c.tb.Errorf("node %d did not stop within 15s of SIGTERM (hang); killing it", n.ID)
+		_ = cmd.Process.Kill()
+		<-exited
+	}
+}
+
+// StopAll stops every node (SIGTERM), in parallel.
+func (c *Cluster) StopAll() {
+	var wg sync.WaitGroup
+	for _, n := range c.Nodes {
+		wg.Go(func() { c.stop(n) })
+	}
+	wg.Wait()
+}
+
+// RestartAll stops every node gracefully (SIGTERM), rewrites the configs
+// with profile (empty: unchanged), starts them all again on the same data
+// dirs and waits for health and serving leaders.
+func (c *Cluster) RestartAll(profile string) {
+	c.tb.Helper()
+	c.StopAll()
+	if profile != "" {
+		c.opts.Profile = profile
+	}
+	c.writeConfigs()
+	c.startAll()
+	c.tb.Logf("restarted every node (profile %s)", c.opts.Profile)
+}
+
+// report fails the test for processes that died on their own and, if the
+// test failed, prints the tail of every server log and keeps the whole logs
+// (the cluster dir goes away with the test).
+func (c *Cluster) report() {
+	c.mu.Lock()
+	for _, u := range c.unexpected {
+		c.tb.Error(u.msg)
+	}
+	c.mu.Unlock()
+	if !c.tb.Failed() {
+		return
+	}
+	keep, err := os.MkdirTemp("", "vdl-proccluster-logs-")
+	for _, n := range c.Nodes {
+		c.tb.Logf("---- tail of %s ----\n%s", n.LogPath, Tail(n.LogPath, c.opts.TailLines))
+		if err == nil {
+			if data, rerr := os.ReadFile(n.LogPath); rerr == nil {
+				_ = os.WriteFile(filepath.Join(keep, filepath.Base(n.LogPath)), data, 0o644)
+			}
+		}
+	}
+	if err == nil {
+		c.tb.Logf("server logs kept in %s", keep)
+	}
+}
+
+// Tail returns the last lines of the file at path (or the read error).
+func Tail(path string, lines int) string {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return err.Error()
+	}
+	ls := strings.Split(strings.TrimRight(string(data), "\n"), "\n")
+	if len(ls) > lines {
+		ls = ls[len(ls)-lines:]
+	}
+	return strings.Join(ls, "\n")
+}
+
+// CPUSeconds is the user+system CPU time the cluster's running processes
+// have used so far (Linux /proc; 0 elsewhere), for benchmarks that report
+// the servers' CPU per MB.
+func (c *Cluster) CPUSeconds() float64 {
+	var s float64
+	for _, n := range c.Nodes {
+		s += n.cpuSeconds()
+	}
+	return s
+}
+
+func (n *Node) cpuSeconds() float64 {
+	n.mu.Lock()
+	cmd := n.cmd
+	n.mu.Unlock()
+	if cmd == nil || cmd.Process == nil {
+		return 0
+	}
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", cmd.Process.Pid))
+	if err != nil {
+		return 0
+	}
+	// Fields after the ")" that ends the command name; utime and stime are
+	// fields 14 and 15 of the line, in clock ticks (USER_HZ = 100 on Linux).
+	s := string(data)
+	i := strings.LastIndexByte(s, ')')
+	if i < 0 {
+		return 0
+	}
+	f := strings.Fields(s[i+1:])
+	if len(f) < 13 {
+		return 0
+	}
+	var ut, st float64
+	fmt.Sscan(f[11], &ut)
+	fmt.Sscan(f[12], &st)
+	return (ut + st) / 100
+}
