@@ -535,12 +535,13 @@ func (h *Host) runAppends() {
 		close(jobs)
 		<-synced
 	}()
+	installing := map[uint64][]Effect{}
 	for {
 		batch, ok := h.work.takeAll()
 		if !ok {
 			return
 		}
-		job, err := h.writeBatch(batch, jobs)
+		job, err := h.writeBatch(batch, jobs, installing)
 		if err == nil {
 			err = h.handOff(jobs, job)
 		}
@@ -634,9 +635,21 @@ func afterSave() {
 // installs a snapshot first waits until everything written before is
 // durable and reported: an acknowledgement sent later must not describe
 // entries that a later write already replaced.
-func (h *Host) writeBatch(batch []Effect, jobs chan<- syncJob) (syncJob, error) {
+//
+// A snapshot is installed on a goroutine of its own (copying its entries
+// from a peer can take long): the group's later effects wait in
+// installing, in order, and the other groups go on being written.
+func (h *Host) writeBatch(batch []Effect, jobs chan<- syncJob, installing map[uint64][]Effect) (syncJob, error) {
 	var job syncJob
-	for _, e := range batch {
+	for len(batch) > 0 {
+		e := batch[0]
+		batch = batch[1:]
+		if g, ok := effectGroup(e); ok {
+			if q, busy := installing[g]; busy {
+				installing[g] = append(q, e)
+				continue
+			}
+		}
 		switch e := e.(type) {
 		case Append:
 			l := h.logOf(e.Group)
@@ -654,13 +667,32 @@ func (h *Host) writeBatch(batch []Effect, jobs chan<- syncJob) (syncJob, error) 
 					failpoints.Crash()
 				}
 			})
+			if e.Msg.GetSnapshot().GetMetadata().GetIndex() != 0 {
+				installing[e.Group] = []Effect{}
+				h.wg.Add(1)
+				go func() {
+					defer h.wg.Done()
+					h.work.push(installed{append: e, err: h.installSnapshot(l, e)})
+				}()
+				continue
+			}
 			if err := h.writeAppend(l, e); err != nil {
 				return job, fmt.Errorf("group %d: %w", e.Group, err)
 			}
-			job.done = append(job.done, e)
-			if !slices.Contains(job.groups, e.Group) {
-				job.groups = append(job.groups, e.Group)
+			job.add(e)
+		case installed:
+			if e.err != nil {
+				return job, fmt.Errorf("group %d: install snapshot: %w", e.append.Group, e.err)
 			}
+			waiting := installing[e.append.Group]
+			delete(installing, e.append.Group)
+			if l := h.logOf(e.append.Group); l != nil {
+				if err := h.writeAppend(l, e.append); err != nil {
+					return job, fmt.Errorf("group %d: %w", e.append.Group, err)
+				}
+				job.add(e.append)
+			}
+			batch = append(waiting, batch...)
 		case SaveConfState:
 			if l := h.logOf(e.Group); l != nil {
 				if err := l.ApplyConfState(e.Index, e.Conf); err != nil {
@@ -684,6 +716,38 @@ func (h *Host) writeBatch(batch []Effect, jobs chan<- syncJob) (syncJob, error) 
 	return job, nil
 }
 
+// installed is what a snapshot install goroutine hands back to the append
+// worker: the append that carried the snapshot, to finish (its entries and
+// hard state) and report, or the install's error.
+type installed struct {
+	append Append
+	err    error
+}
+
+func (installed) effect() {}
+
+// effectGroup returns the group a storage effect belongs to.
+func effectGroup(e Effect) (uint64, bool) {
+	switch e := e.(type) {
+	case Append:
+		return e.Group, true
+	case SaveConfState:
+		return e.Group, true
+	case Retain:
+		return e.Group, true
+	case Applied:
+		return e.Group, true
+	}
+	return 0, false
+}
+
+func (j *syncJob) add(a Append) {
+	j.done = append(j.done, a)
+	if !slices.Contains(j.groups, a.Group) {
+		j.groups = append(j.groups, a.Group)
+	}
+}
+
 // replaces reports whether writing m replaces entries already written (a
 // conflict truncation) or the whole log (a snapshot).
 func replaces(l Log, m *raftpb.Message) bool {
@@ -704,23 +768,24 @@ func (h *Host) logOf(group uint64) Log {
 	return h.logs[group]
 }
 
-// writeAppend writes a MsgStorageAppend's snapshot, entries and hard state.
+// installSnapshot replaces a log with the snapshot an append carries.
+func (h *Host) installSnapshot(l Log, a Append) error {
+	failpoint.Inject("beforeSnapshotInstall", func(val failpoint.Value) {
+		failpoints.Hit("raftnode/beforeSnapshotInstall")
+		if failpoints.Bool(val) {
+			failpoints.Crash()
+		}
+		if failpoints.EIO(val) {
+			failpoint.Return(failpoints.IOError())
+		}
+	})
+	return l.InstallSnapshot(a.Msg.GetSnapshot(), h.snapshotSource(a))
+}
+
+// writeAppend writes a MsgStorageAppend's entries and hard state (its
+// snapshot, if any, is installed first by installSnapshot).
 func (h *Host) writeAppend(l Log, a Append) error {
 	m := a.Msg
-	if m.GetSnapshot().GetMetadata().GetIndex() != 0 {
-		failpoint.Inject("beforeSnapshotInstall", func(val failpoint.Value) {
-			failpoints.Hit("raftnode/beforeSnapshotInstall")
-			if failpoints.Bool(val) {
-				failpoints.Crash()
-			}
-			if failpoints.EIO(val) {
-				failpoint.Return(fmt.Errorf("install snapshot: %w", failpoints.IOError()))
-			}
-		})
-		if err := l.InstallSnapshot(m.GetSnapshot(), h.snapshotSource(a)); err != nil {
-			return fmt.Errorf("install snapshot: %w", err)
-		}
-	}
 	var hs *raftpb.HardState
 	if m.Term != nil || m.Vote != nil || m.Commit != nil {
 		hs = &raftpb.HardState{Term: new(m.GetTerm()), Vote: new(m.GetVote()), Commit: new(m.GetCommit())}
@@ -733,8 +798,8 @@ func (h *Host) writeAppend(l Log, a Append) error {
 
 // snapshotSource copies a snapshot's entries from its sender, falling back
 // to the other replicas, and retries with backoff until it succeeds or the
-// host stops: the install must finish before raft hears it is done. (It
-// holds up this server's append worker meanwhile; see docs/replication.md.)
+// host stops: the install must finish before raft hears it is done. (The
+// group's later writes wait for it; other groups' do not.)
 func (h *Host) snapshotSource(a Append) storage.EntrySource {
 	return func(from, to uint64) ([]*raftpb.Entry, error) {
 		peers := append([]uint64{a.Leader}, h.cfg.Peers...)

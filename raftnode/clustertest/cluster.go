@@ -37,6 +37,9 @@ type Options struct {
 	SegmentSize  int64
 	TickInterval time.Duration // default 20ms
 	Core         raftnode.Config
+	// BeforeFetch, if set, runs before a server copies snapshot entries
+	// from a peer (tests hold installs up with it).
+	BeforeFetch func(group, peer uint64)
 	// Logger for hosts and transports; default: discard, or stderr at debug
 	// level when VDL_CLUSTERTEST_LOG is set.
 	Logger *slog.Logger
@@ -320,6 +323,9 @@ func (n *Node) Start() error {
 // fetch copies snapshot entries from a running peer's log, in process:
 // the harness's stand-in for the server's HTTP entry copy.
 func (c *Cluster) fetch(group, peer, from, to uint64) ([]*raftpb.Entry, error) {
+	if c.opts.BeforeFetch != nil {
+		c.opts.BeforeFetch(group, peer)
+	}
 	for _, o := range c.Running() {
 		if o.ID != peer {
 			continue
@@ -348,17 +354,22 @@ func (c *Cluster) fetch(group, peer, from, to uint64) ([]*raftpb.Entry, error) {
 // survive, as when a process is killed.)
 func (n *Node) Kill() {
 	n.mu.Lock()
-	defer n.mu.Unlock()
 	if !n.running {
+		n.mu.Unlock()
 		return
 	}
 	n.running = false
-	_ = n.tr.Close()
-	n.host.Stop()
-	for _, l := range n.logs {
+	tr, host, logs := n.tr, n.host, n.logs
+	n.tr = nil
+	// Unlocked while the host stops: its snapshot installs may be copying
+	// entries from the other servers (Cluster.fetch), which takes their
+	// locks and this one's.
+	n.mu.Unlock()
+	_ = tr.Close()
+	host.Stop()
+	for _, l := range logs {
 		_ = l.Close()
 	}
-	n.tr = nil
 }
 
 // Restart kills the server if it runs and starts it again from its disk.

@@ -312,6 +312,62 @@ func TestFollowerCatchUpAfterRetention(t *testing.T) {
 	}
 }
 
+// TestSnapshotInstallDoesNotBlockOtherGroups holds up a follower's snapshot
+// install in one group while another group can only commit with that
+// follower: the other group must go on, and both converge after.
+func TestSnapshotInstallDoesNotBlockOtherGroups(t *testing.T) {
+	installing, release := make(chan struct{}), make(chan struct{})
+	var started, released sync.Once
+	c := New(t, Options{Nodes: []uint64{1, 2, 3}, Groups: []uint64{1, 2}, SegmentSize: 64 << 10,
+		BeforeFetch: func(group, _ uint64) {
+			if group == 1 {
+				started.Do(func() { close(installing) })
+				<-release
+			}
+		}})
+	t.Cleanup(func() { released.Do(func() { close(release) }) }) // before the cluster stops
+	ctx := deadline(t, 2*time.Minute)
+	acked1 := produce(t, ctx, c, 1, 50, 4, 1000, "early")
+	l, err := c.WaitLeader(ctx, 1)
+	require.NoError(t, err)
+	f := c.Node(l.ID%3 + 1)
+	f.Kill()
+	acked1 = append(acked1, produce(t, ctx, c, 1, 400, 16, 1000, "while-down")...)
+	retain := endOf(acked1) * 3 / 4
+	waitFor(t, ctx, "retention to delete head segments", func() bool {
+		_, err := c.ProposeCommand(ctx, 1, raftnode.RetainData(retain))
+		require.NoError(t, err)
+		time.Sleep(50 * time.Millisecond)
+		for _, n := range c.Running() {
+			if n.Log(1).StartOffset() == 0 {
+				return false
+			}
+		}
+		return true
+	})
+	require.NoError(t, f.Start())
+	select {
+	case <-installing:
+	case <-ctx.Done():
+		t.Fatal("the restarted follower never started a snapshot install")
+	}
+
+	// Only f and one other server left: group 2 commits only if f's
+	// appends (and votes) are written while its group-1 install waits.
+	x := c.Node(f.ID%3 + 1)
+	x.Kill()
+	g2ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	acked2 := produce(t, g2ctx, c, 2, 20, 2, 1000, "during-install")
+	require.Len(t, acked2, 20)
+
+	released.Do(func() { close(release) })
+	require.NoError(t, x.Start())
+	acked1 = append(acked1, produce(t, ctx, c, 1, 20, 4, 1000, "after")...)
+	require.Len(t, requireConverged(t, ctx, c, 1, acked1), 3)
+	require.Len(t, requireConverged(t, ctx, c, 2, acked2), 3)
+}
+
 // TestManyGroups runs 100 groups on 3 servers: all elect, commit a few
 // entries each and converge.
 func TestManyGroups(t *testing.T) {
