@@ -18,30 +18,54 @@ type cacheEnt struct {
 // payload is what a Kafka read returns: the batches without the tag.
 func (e *cacheEnt) payload() []byte { return e.data[1:] }
 
+// tailCache is a ring of the newest entries: adding one and evicting the
+// oldest never copies the others (a slice cut from the front would
+// reallocate and copy the live cache every time it ran out of room).
 type tailCache struct {
 	limit int64
-	first uint64 // Raft index of ents[0]
-	ents  []cacheEnt
+	first uint64     // Raft index of the oldest entry
+	ring  []cacheEnt // its length is the capacity, a power of two
+	head  int        // ring position of the oldest entry
+	n     int        // entries held
 	bytes int64
 }
 
+func (c *tailCache) len() int { return c.n }
+
+// at returns the k-th entry from the oldest, k < len().
+func (c *tailCache) at(k int) *cacheEnt { return &c.ring[(c.head+k)&(len(c.ring)-1)] }
+
 func (c *tailCache) add(index uint64, e cacheEnt) {
-	if len(c.ents) == 0 || index != c.first+uint64(len(c.ents)) {
+	if c.n == 0 || index != c.first+uint64(c.n) {
 		c.reset()
 		c.first = index
 	}
-	c.ents = append(c.ents, e)
+	if c.n == len(c.ring) {
+		ring := make([]cacheEnt, max(64, 2*len(c.ring)))
+		for k := range c.n {
+			ring[k] = *c.at(k)
+		}
+		c.ring, c.head = ring, 0
+	}
+	*c.at(c.n) = e
+	c.n++
 	c.bytes += int64(len(e.data)) + cacheEntOverhead
-	for c.bytes > c.limit && len(c.ents) > 0 {
-		c.bytes -= int64(len(c.ents[0].data)) + cacheEntOverhead
-		c.ents[0] = cacheEnt{} // let the buffer go
-		c.ents = c.ents[1:]
-		c.first++
+	for c.bytes > c.limit && c.n > 0 {
+		c.popOldest()
 	}
 }
 
+func (c *tailCache) popOldest() {
+	e := c.at(0)
+	c.bytes -= int64(len(e.data)) + cacheEntOverhead
+	*e = cacheEnt{} // let the buffer go
+	c.head = (c.head + 1) & (len(c.ring) - 1)
+	c.n--
+	c.first++
+}
+
 func (c *tailCache) reset() {
-	c.ents, c.bytes = nil, 0
+	c.ring, c.head, c.n, c.bytes = nil, 0, 0, 0
 }
 
 // truncate drops entries >= index (a Raft conflict).
@@ -50,44 +74,42 @@ func (c *tailCache) truncate(index uint64) {
 		c.reset()
 		return
 	}
-	if n := index - c.first; n < uint64(len(c.ents)) {
-		for i := n; i < uint64(len(c.ents)); i++ {
-			c.bytes -= int64(len(c.ents[i].data)) + cacheEntOverhead
-			c.ents[i] = cacheEnt{}
+	if keep := index - c.first; keep < uint64(c.n) {
+		for k := int(keep); k < c.n; k++ {
+			e := c.at(k)
+			c.bytes -= int64(len(e.data)) + cacheEntOverhead
+			*e = cacheEnt{}
 		}
-		c.ents = c.ents[:n]
+		c.n = int(keep)
 	}
 }
 
 // dropBefore drops entries < index (retention).
 func (c *tailCache) dropBefore(index uint64) {
-	for len(c.ents) > 0 && c.first < index {
-		c.bytes -= int64(len(c.ents[0].data)) + cacheEntOverhead
-		c.ents[0] = cacheEnt{}
-		c.ents = c.ents[1:]
-		c.first++
+	for c.n > 0 && c.first < index {
+		c.popOldest()
 	}
 }
 
 func (c *tailCache) get(i uint64) (*cacheEnt, bool) {
-	if i < c.first || i-c.first >= uint64(len(c.ents)) {
+	if i < c.first || i-c.first >= uint64(c.n) {
 		return nil, false
 	}
-	return &c.ents[i-c.first], true
+	return c.at(int(i - c.first)), true
 }
 
 // covers reports whether every offset >= off held by the log is cached.
 func (c *tailCache) covers(off int64) bool {
-	return len(c.ents) > 0 && c.ents[0].base <= off
+	return c.n > 0 && c.at(0).base <= off
 }
 
 // find returns the position of the entry holding offset off (the first
-// whose next > off); len(ents) if none.
+// whose next > off); len() if none.
 func (c *tailCache) find(off int64) int {
-	lo, hi := 0, len(c.ents)
+	lo, hi := 0, c.n
 	for lo < hi {
 		m := int(uint(lo+hi) >> 1)
-		if c.ents[m].next > off {
+		if c.at(m).next > off {
 			hi = m
 		} else {
 			lo = m + 1

@@ -18,9 +18,6 @@ import (
 const (
 	defaultSegmentSize    = 64 << 20
 	defaultTailCacheBytes = 8 << 20
-	// writebackMin: chunks at least this big get a sync_file_range hint so
-	// the fdatasync that follows has less left to do.
-	writebackMin = 256 << 10
 )
 
 // Log is one stream's merged Raft log and Kafka log. One goroutine writes

@@ -131,7 +131,7 @@ func (l *Log) Entries(lo, hi, maxSize uint64) ([]*pb.Entry, error) {
 			continue
 		}
 		stop := hi
-		if len(l.cache.ents) > 0 && l.cache.first > i {
+		if l.cache.len() > 0 && l.cache.first > i {
 			stop = min(hi, l.cache.first)
 		}
 		ents, err := l.readEntries(i, stop, maxSize-min(size, maxSize))
@@ -330,8 +330,8 @@ func (l *Log) Read(offset, hwm int64, maxBytes int) ([]Batch, error) {
 func (l *Log) readCache(offset, hwm int64, maxBytes int) []Batch {
 	var out []Batch
 	total := 0
-	for k := l.cache.find(offset); k < len(l.cache.ents); k++ {
-		e := &l.cache.ents[k]
+	for k := l.cache.find(offset); k < l.cache.len(); k++ {
+		e := l.cache.at(k)
 		if e.typ != recUser {
 			continue
 		}

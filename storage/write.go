@@ -232,9 +232,6 @@ func (l *Log) writeChunk(act *segment, ents []*pb.Entry, prep []prepEnt, stp *st
 			failpoints.Crash()
 		}
 	})
-	if len(buf) >= writebackMin {
-		_ = act.f.StartWriteback(start, int64(len(buf))) // a hint only
-	}
 	l.mu.Lock()
 	l.ridx = append(l.ridx, rs...)
 	l.lidx = append(l.lidx, ls...)

@@ -765,9 +765,3 @@ func (f *memFile) Prefetch(off, n int64) error {
 	defer f.m.mu.Unlock()
 	return f.check("fadvise")
 }
-
-func (f *memFile) StartWriteback(off, n int64) error {
-	f.m.mu.Lock()
-	defer f.m.mu.Unlock()
-	return f.check("sync_file_range")
-}

@@ -135,14 +135,6 @@ func (f *osFile) Sync() error {
 	return f.fdOp("fdatasync", fdatasync)
 }
 
-func (f *osFile) StartWriteback(off, n int64) error {
-	err := f.fdOp("sync_file_range", func(fd int) error { return startWriteback(fd, off, n) })
-	if errors.Is(err, unix.ENOSYS) || errors.Is(err, unix.EOPNOTSUPP) {
-		return nil // only a hint
-	}
-	return err
-}
-
 func (f *osFile) DropCache(off, n int64) error {
 	if n <= 0 {
 		return nil

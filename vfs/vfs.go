@@ -59,9 +59,6 @@ type File interface {
 	// Sync makes all written data durable (fdatasync). Only after Sync
 	// returns nil is a write guaranteed to survive a crash.
 	Sync() error
-	// StartWriteback asks the OS to begin writing back [off, off+n) without
-	// waiting (sync_file_range). It is a hint: it makes nothing durable.
-	StartWriteback(off, n int64) error
 	// DropCache asks the OS to drop [off, off+n) from its page cache
 	// (posix_fadvise DONTNEED). It is a hint for durable, clean data that
 	// will not be read soon; it changes no contents.

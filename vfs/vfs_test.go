@@ -161,13 +161,14 @@ var conformance = []struct {
 		require.NoError(t, err)
 		require.EqualValues(t, 8192, size)
 	}},
-	{"SyncAndWriteback", func(t *testing.T, fsys FS, root string) {
+	{"SyncAndCacheHints", func(t *testing.T, fsys FS, root string) {
 		f, err := fsys.Create(path.Join(root, "f"))
 		require.NoError(t, err)
 		_, err = f.WriteAt(bytes.Repeat([]byte("a"), 10000), 0)
 		require.NoError(t, err)
-		require.NoError(t, f.StartWriteback(0, 4096))
 		require.NoError(t, f.Sync())
+		require.NoError(t, f.DropCache(0, 8192))
+		require.NoError(t, f.Prefetch(0, 10000))
 		require.NoError(t, fsys.SyncDir(root))
 		require.NoError(t, f.Close())
 		require.Equal(t, 10000, len(content(t, fsys, path.Join(root, "f"))))
