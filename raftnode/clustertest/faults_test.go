@@ -277,31 +277,41 @@ func TestLeaderTransferUnderLoad(t *testing.T) {
 // many small segments, deletes the head segments by a retention command,
 // and restarts the follower: the entries it needs are gone, so it must be
 // brought up by a Raft snapshot, then by normal replication.
+// leaveBehindRetention kills a follower of group, produces count more
+// entries without it and has retention delete the head segments it would
+// need: when it starts again it can only catch up through a snapshot. It
+// returns the (stopped) follower, everything acknowledged and the offset
+// retention was asked to delete before.
+func leaveBehindRetention(t *testing.T, ctx context.Context, c *Cluster, group uint64, count int) (*Node, []Acked, int64) {
+	t.Helper()
+	acked := produce(t, ctx, c, group, 50, 4, 1000, "early")
+	l, err := c.WaitLeader(ctx, group)
+	require.NoError(t, err)
+	f := c.Node(l.ID%3 + 1)
+	f.Kill()
+	acked = append(acked, produce(t, ctx, c, group, count, 16, 1000, "while-down")...)
+	retain := endOf(acked) * 3 / 4
+	waitFor(t, ctx, "retention to delete head segments", func() bool {
+		_, err := c.ProposeCommand(ctx, group, raftnode.RetainData(retain))
+		require.NoError(t, err)
+		time.Sleep(50 * time.Millisecond)
+		for _, n := range c.Running() {
+			if n.Log(group).StartOffset() == 0 {
+				return false
+			}
+		}
+		return true
+	})
+	return f, acked, retain
+}
+
 func TestFollowerCatchUpAfterRetention(t *testing.T) {
 	if _, ok := reflect.TypeFor[*storage.Log]().MethodByName("InstallSnapshot"); !ok {
 		t.Skip("storage.Log has no InstallSnapshot yet: snapshot catch-up is not implemented")
 	}
 	c := New(t, Options{Nodes: []uint64{1, 2, 3}, Groups: []uint64{1}, SegmentSize: 64 << 10})
 	ctx := deadline(t, 2*time.Minute)
-	acked := produce(t, ctx, c, 1, 50, 4, 1000, "early")
-	l, err := c.WaitLeader(ctx, 1)
-	require.NoError(t, err)
-	f := c.Node(l.ID%3 + 1)
-	f.Kill()
-	acked = append(acked, produce(t, ctx, c, 1, scale(1000, 600, 400), 16, 1000, "while-down")...)
-	end := endOf(acked)
-	retain := end * 3 / 4
-	waitFor(t, ctx, "retention to delete head segments", func() bool {
-		_, err := c.ProposeCommand(ctx, 1, raftnode.RetainData(retain))
-		require.NoError(t, err)
-		time.Sleep(50 * time.Millisecond)
-		for _, n := range c.Running() {
-			if n.Log(1).StartOffset() == 0 {
-				return false
-			}
-		}
-		return true
-	})
+	f, acked, retain := leaveBehindRetention(t, ctx, c, 1, scale(1000, 600, 400))
 	require.NoError(t, f.Start())
 	acked = append(acked, produce(t, ctx, c, 1, 50, 4, 1000, "after")...)
 	reps := requireConverged(t, ctx, c, 1, acked)
@@ -327,24 +337,7 @@ func TestSnapshotInstallDoesNotBlockOtherGroups(t *testing.T) {
 		}})
 	t.Cleanup(func() { released.Do(func() { close(release) }) }) // before the cluster stops
 	ctx := deadline(t, 2*time.Minute)
-	acked1 := produce(t, ctx, c, 1, 50, 4, 1000, "early")
-	l, err := c.WaitLeader(ctx, 1)
-	require.NoError(t, err)
-	f := c.Node(l.ID%3 + 1)
-	f.Kill()
-	acked1 = append(acked1, produce(t, ctx, c, 1, 400, 16, 1000, "while-down")...)
-	retain := endOf(acked1) * 3 / 4
-	waitFor(t, ctx, "retention to delete head segments", func() bool {
-		_, err := c.ProposeCommand(ctx, 1, raftnode.RetainData(retain))
-		require.NoError(t, err)
-		time.Sleep(50 * time.Millisecond)
-		for _, n := range c.Running() {
-			if n.Log(1).StartOffset() == 0 {
-				return false
-			}
-		}
-		return true
-	})
+	f, acked1, _ := leaveBehindRetention(t, ctx, c, 1, 400)
 	require.NoError(t, f.Start())
 	select {
 	case <-installing:
