@@ -43,7 +43,10 @@ func finalRead(rec *checker.Recorder, stream string, conn int, vals []string) {
 //     connection: the wire order across partitions is sarama's choice).
 func TestSaramaPipelinedOrdering(t *testing.T) {
 	streams := []string{"o1", "o2", "o3", "o4", "o5"}
-	c := StartCluster(t, Options{Streams: streams})
+	// No retries here (a retry could reorder), so a leader change would fail
+	// the test: 100 ms ticks (elections after 1-2 s) keep a loaded machine's
+	// scheduling stalls from causing one.
+	c := StartCluster(t, Options{Streams: streams, TickMillis: 100})
 	m := scale(2000)
 
 	t.Run("one-stream", func(t *testing.T) {
