@@ -738,3 +738,75 @@ func TestInterruptedInstallKeepsCommitInRange(t *testing.T) {
 		require.NoError(t, l.Close())
 	}
 }
+
+// A replica that holds a prefix of the leader's log keeps it through a
+// snapshot install, even one interrupted by a crash: it may have
+// acknowledged those entries, and forgetting them could lose committed data.
+func TestInstallKeepsTheMatchingPrefix(t *testing.T) {
+	for _, interrupted := range []bool{true, false} {
+		mem := vfs.NewMem()
+		opts := memOpts(mem)
+		l := openMem(t, opts)
+		require.NoError(t, l.Bootstrap(&pb.ConfState{Voters: []uint64{1, 2, 3}}))
+		var mine [][]byte
+		for i := uint64(2); i <= 300; i++ { // acknowledged: durable
+			e := userEnt(i, 1, 1, 10, int64(i))
+			mine = append(mine, e.Data)
+			require.NoError(t, l.Write([]*pb.Entry{e}, hardState(1, 1, i-1)))
+		}
+		_, err := l.Sync()
+		require.NoError(t, err)
+
+		// The leader's log: the same entries (term 1) to 350, then term 2 to
+		// 400; it starts at 100. Its snapshot is at 400.
+		term := func(i uint64) uint64 { return map[bool]uint64{true: 1, false: 2}[i <= 350] }
+		d := snapDesc{first: 100, prevTerm: 1, start: 98, confs: []confEntry{{index: 1, cs: &pb.ConfState{Voters: []uint64{1, 2, 3}}}}}
+		data, err := d.encode()
+		require.NoError(t, err)
+		snap := &pb.Snapshot{Metadata: &pb.SnapshotMetadata{Index: new(uint64(400)), Term: new(uint64(2)),
+			ConfState: &pb.ConfState{Voters: []uint64{1, 2, 3}}}, Data: data}
+		copied := 0
+		err = l.InstallSnapshot(snap, func(from, to uint64) ([]*pb.Entry, error) {
+			var ents []*pb.Entry
+			for i := from; i <= min(to, from+19); i++ {
+				ents = append(ents, userEnt(i, term(i), 1, 10, int64(i)))
+			}
+			if len(ents) > 1 { // a copy, not a term probe
+				copied += len(ents)
+				if interrupted && copied > 40 {
+					return nil, errors.New("source died")
+				}
+			}
+			return ents, nil
+		})
+		if interrupted {
+			require.ErrorContains(t, err, "source died")
+		} else {
+			require.NoError(t, err)
+		}
+		require.NoError(t, l.Close())
+		mem.CrashClean()
+
+		l = openMem(t, opts)
+		fi, _ := l.FirstIndex()
+		li, _ := l.LastIndex()
+		hs, _, err := l.InitialState()
+		require.NoError(t, err)
+		require.Equal(t, uint64(2), fi, "our prefix is kept")
+		require.GreaterOrEqual(t, li, uint64(300), "nothing acknowledged is lost")
+		require.LessOrEqual(t, hs.GetCommit(), li)
+		ents, err := l.Entries(2, 301, 1<<30)
+		require.NoError(t, err)
+		for i, e := range ents {
+			require.Equal(t, mine[i][9:], e.Data[9:], "entry %d (after tag and stamped base offset)", i+2)
+		}
+		if !interrupted {
+			require.Equal(t, uint64(400), li)
+			tm, err := l.Term(400)
+			require.NoError(t, err)
+			require.Equal(t, uint64(2), tm)
+			require.Equal(t, uint64(400), hs.GetCommit())
+		}
+		require.NoError(t, l.Close())
+	}
+}

@@ -142,10 +142,26 @@ func (l *Log) InstallSnapshot(snap *pb.Snapshot, src EntrySource) error {
 	if d.first > idx+1 {
 		return fmt.Errorf("%w: snapshot at %d but its log starts at %d", ErrBadEntry, idx, d.first)
 	}
-	if err := l.reset(d, md.GetTerm()); err != nil {
+	// Entries we already hold that the leader's log has too are kept: we
+	// may have acknowledged them, and a crash part way through the copy
+	// must not lose them (a replica that forgets what it acknowledged can
+	// lose committed entries). Only with no such overlap is the log reset.
+	next := d.first
+	k, overlap, err := l.matchPoint(d, idx, src)
+	switch {
+	case err != nil:
 		return err
+	case overlap:
+		if err := l.keepConfs(k, d.confs); err != nil {
+			return err
+		}
+		next = k + 1 // the first Write cuts a divergent suffix after k
+	default:
+		if err := l.reset(d, md.GetTerm()); err != nil {
+			return err
+		}
 	}
-	for next := d.first; next <= idx; {
+	for next <= idx {
 		if src == nil {
 			return fmt.Errorf("storage: snapshot at %d needs entries from %d but has no source", idx, next)
 		}
@@ -167,6 +183,13 @@ func (l *Log) InstallSnapshot(snap *pb.Snapshot, src EntrySource) error {
 	if t, err := l.Term(idx); err != nil || t != md.GetTerm() {
 		return fmt.Errorf("%w: snapshot entry %d has term %d (err %v), want %d", ErrCorrupt, idx, t, err, md.GetTerm())
 	}
+	if overlap {
+		// What the leader's replicas deleted (replicated retention) goes here
+		// too; the reset path starts from it.
+		if _, err := l.DeleteBefore(d.logStart); err != nil {
+			return err
+		}
+	}
 	// Commit and applied move to the snapshot index only now that the
 	// entries are here: a crash before leaves a shorter, still valid log.
 	l.SetApplied(idx)
@@ -178,6 +201,81 @@ func (l *Log) InstallSnapshot(snap *pb.Snapshot, src EntrySource) error {
 		return err
 	}
 	return nil
+}
+
+// matchPoint finds the highest index k of our log, from the leader's log
+// start - 1 up to the snapshot index, whose entry is the leader's (the same
+// term; by Raft's log matching, so is every entry before it). overlap is
+// false when there is none.
+func (l *Log) matchPoint(d snapDesc, idx uint64, src EntrySource) (k uint64, overlap bool, err error) {
+	first, _ := l.FirstIndex()
+	last, _ := l.LastIndex()
+	lo, hi := max(d.first-1, first-1), min(last, idx)
+	if lo > hi {
+		return 0, false, nil
+	}
+	match := func(k uint64) (bool, error) {
+		ours, err := l.Term(k)
+		if err != nil {
+			return false, err
+		}
+		theirs := d.prevTerm
+		if k >= d.first {
+			if src == nil {
+				return false, fmt.Errorf("storage: snapshot at %d needs entry %d but has no source", idx, k)
+			}
+			ents, err := src(k, k)
+			if err != nil {
+				return false, fmt.Errorf("storage: fetching snapshot entry %d: %w", k, err)
+			}
+			if len(ents) == 0 || ents[0].GetIndex() != k {
+				return false, fmt.Errorf("storage: snapshot source answered %d entries not starting at %d", len(ents), k)
+			}
+			theirs = ents[0].GetTerm()
+		}
+		return ours == theirs, nil
+	}
+	if ok, err := match(hi); err != nil || ok { // usually: we are only behind
+		return hi, ok, err
+	}
+	if ok, err := match(lo); err != nil || !ok {
+		return 0, false, err
+	}
+	for hi-lo > 1 { // match(lo) holds, match(hi) does not
+		mid := lo + (hi-lo)/2
+		ok, err := match(mid)
+		if err != nil {
+			return 0, false, err
+		}
+		if ok {
+			lo = mid
+		} else {
+			hi = mid
+		}
+	}
+	return lo, true, nil
+}
+
+// keepConfs keeps our membership history up to k and takes the leader's
+// (from the snapshot) after it.
+func (l *Log) keepConfs(k uint64, leader []confEntry) error {
+	l.wmu.Lock()
+	defer l.wmu.Unlock()
+	if err := l.checkWriter(); err != nil {
+		return err
+	}
+	var confs []confEntry
+	for _, c := range l.confs {
+		if c.index <= k {
+			confs = append(confs, c)
+		}
+	}
+	for _, c := range leader {
+		if c.index > k {
+			confs = append(confs, confEntry{index: c.index, cs: proto.Clone(pb.EnsureConfState(c.cs)).(*pb.ConfState)})
+		}
+	}
+	return l.setConfs(confs)
 }
 
 // reset replaces the log with an empty one starting at d.first. The new
