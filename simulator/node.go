@@ -32,9 +32,8 @@ type node struct {
 	inc    int      // incarnation: bumped at every crash and restart
 	held   []*event // events that arrived while paused
 
-	work     []raftnode.Effect
-	diskBusy bool
-	slowTill int64 // fsyncs are slow until then (nemesis)
+	disk     diskWorker // the append worker (disk.go)
+	slowTill int64      // fsyncs are slow until then (nemesis)
 
 	grp     map[uint64]*gview
 	futures map[raftnode.ProposalID]func(int64, error)
@@ -153,7 +152,7 @@ func (n *node) start() error {
 	s := n.s
 	n.inc++
 	n.down, n.paused, n.held = false, false, nil
-	n.work, n.diskBusy = nil, false
+	n.disk = newDiskWorker()
 	n.futures = map[raftnode.ProposalID]func(int64, error){}
 	n.reads = map[raftnode.ProposalID]func(uint64, error){}
 	n.early = map[uint64]map[uint64]func(int64, error){}
@@ -196,9 +195,9 @@ func (n *node) stop(powerLoss bool) {
 	}
 	n.down = true
 	n.inc++
-	n.core, n.logs, n.work, n.held = nil, nil, nil, nil
+	n.core, n.logs, n.held = nil, nil, nil
 	n.futures, n.reads, n.early, n.pendingFx = nil, nil, nil, nil
-	n.diskBusy, n.paused = false, false
+	n.disk, n.paused = diskWorker{}, false
 	conns := n.conns
 	n.conns = nil
 	for _, sc := range conns {
@@ -239,11 +238,11 @@ func (n *node) route() {
 			if ents := e.Msg.GetEntries(); len(ents) > 0 {
 				n.lastAppend[e.Group] = ents[len(ents)-1].GetIndex()
 			}
-			n.work = append(n.work, e)
+			n.disk.work = append(n.disk.work, e)
 		case raftnode.SaveConfState, raftnode.Retain:
-			n.work = append(n.work, e)
+			n.disk.work = append(n.disk.work, e)
 		case raftnode.Applied:
-			n.work = append(n.work, e)
+			n.disk.work = append(n.disk.work, e)
 			if g := n.grp[e.Group]; g != nil {
 				g.applied = e.Index
 				kept := g.fences[:0]
@@ -286,102 +285,13 @@ func (n *node) route() {
 			}
 		}
 	}
-	if len(n.work) > 0 && !n.diskBusy {
-		n.diskBusy = true
-		s.w.after(durn(n.diskR, 20*time.Microsecond, 300*time.Microsecond), n, n.flushWrite)
-	}
+	n.kick()
 	if n.woke {
 		n.woke = false
 		for _, sc := range slices.Clone(n.conns) {
 			sc.wake()
 		}
 	}
-}
-
-// flushWrite is the append worker's first half: write everything queued
-// (like Host.applyBatch), then fsync after the disk's latency.
-func (n *node) flushWrite() {
-	work := n.work
-	n.work = nil
-	var done []raftnode.Append
-	var touched []uint64
-	for _, e := range work {
-		switch e := e.(type) {
-		case raftnode.Append:
-			if err := writeAppend(n.logs[e.Group], e.Msg, n.snapshotSource(e)); err != nil {
-				n.failStop(fmt.Errorf("group %d: %w", e.Group, err))
-				return
-			}
-			done = append(done, e)
-			if !slices.Contains(touched, e.Group) {
-				touched = append(touched, e.Group)
-			}
-		case raftnode.SaveConfState:
-			if err := n.logs[e.Group].ApplyConfState(e.Index, e.Conf); err != nil {
-				n.failStop(fmt.Errorf("group %d: save conf state: %w", e.Group, err))
-				return
-			}
-		case raftnode.Retain:
-			if k, err := n.logs[e.Group].DeleteBefore(e.BeforeOffset); err != nil {
-				n.s.w.record("n%d retention g%d failed: %v", n.id, e.Group, err)
-			} else if k > 0 {
-				n.s.w.record("n%d retention g%d before %d deleted %d segments", n.id, e.Group, e.BeforeOffset, k)
-			}
-		case raftnode.Applied:
-			n.logs[e.Group].SetApplied(e.Index)
-		}
-	}
-	s := n.s
-	if s.cfg.Canary == CanaryAckBeforeFsync {
-		// Broken on purpose: report the appends durable at once and fsync
-		// lazily in the background.
-		for _, a := range done {
-			n.core.AppendDone(a.Group, a.Msg)
-		}
-		n.diskBusy = false
-		n.route()
-		s.w.after(durn(n.diskR, 100*time.Millisecond, 500*time.Millisecond), n, func() {
-			for _, g := range touched {
-				if _, err := n.logs[g].Sync(); err != nil {
-					n.failStop(err)
-					return
-				}
-			}
-		})
-		return
-	}
-	d := durn(n.diskR, 200*time.Microsecond, 2*time.Millisecond)
-	switch {
-	case s.w.now < n.slowTill:
-		d = durn(n.diskR, 30*time.Millisecond, 400*time.Millisecond)
-	case s.w.bug.fire(n.diskR, "disk.stall", 0.001):
-		d = durn(n.diskR, 500*time.Millisecond, 2*time.Second)
-		s.w.fault("buggify-disk-stall", "n%d fsync stalls %v", n.id, d)
-	case s.w.bug.fire(n.diskR, "disk.slow-fsync", 0.05):
-		d = durn(n.diskR, 20*time.Millisecond, 300*time.Millisecond)
-		s.w.faults["buggify-slow-fsync"]++
-	}
-	s.w.after(d, n, func() { n.flushSync(done, touched) })
-}
-
-// flushSync is the second half: fsync every touched log, then report the
-// appends done.
-func (n *node) flushSync(done []raftnode.Append, touched []uint64) {
-	for _, g := range touched {
-		synced, err := n.logs[g].Sync()
-		if err != nil {
-			n.failStop(fmt.Errorf("group %d: sync: %w", g, err))
-			return
-		}
-		if n.s.cfg.Canary == CanaryAckBeforeCommit {
-			n.ackEarly(g, synced.LastIndex)
-		}
-	}
-	for _, a := range done {
-		n.core.AppendDone(a.Group, a.Msg)
-	}
-	n.diskBusy = false
-	n.route()
 }
 
 // ackEarly (canary) acknowledges produces whose entry is locally durable,
@@ -397,63 +307,6 @@ func (n *node) ackEarly(g uint64, last uint64) {
 		if base, _, err := n.logs[g].EntryOffsets(idx); err == nil {
 			done(base, nil)
 		}
-	}
-}
-
-// writeAppend writes a MsgStorageAppend's snapshot, entries and hard state
-// (as raftnode's production host does).
-func writeAppend(l *storage.Log, m *raftpb.Message, src storage.EntrySource) error {
-	if m.GetSnapshot().GetMetadata().GetIndex() != 0 {
-		if err := l.InstallSnapshot(m.GetSnapshot(), src); err != nil {
-			return fmt.Errorf("install snapshot: %w", err)
-		}
-	}
-	var hs *raftpb.HardState
-	if m.Term != nil || m.Vote != nil || m.Commit != nil {
-		hs = &raftpb.HardState{Term: new(m.GetTerm()), Vote: new(m.GetVote()), Commit: new(m.GetCommit())}
-	}
-	if len(m.GetEntries()) == 0 && hs == nil {
-		return nil
-	}
-	return l.Write(m.GetEntries(), hs)
-}
-
-// snapshotSource copies a snapshot's entries from its sender, falling back
-// to the other replicas this node can reach (as Host.snapshotSource does);
-// the copy is modelled as instantaneous. When no replica can serve them the
-// install fails and the process stops (production retries meanwhile; a
-// crash part way is a state the storage engine must handle anyway).
-func (n *node) snapshotSource(a raftnode.Append) storage.EntrySource {
-	return func(from, to uint64) ([]*raftpb.Entry, error) {
-		s := n.s
-		peers := []uint64{a.Leader}
-		for _, p := range s.nodes {
-			peers = append(peers, p.id)
-		}
-		for _, id := range peers {
-			p := s.node(id)
-			if p == nil || p == n || p.down || p.paused || s.cut[[2]uint64{p.id, n.id}] > 0 {
-				continue
-			}
-			ents, err := p.logs[a.Group].Entries(from, to+1, 1<<20)
-			if err != nil && errors.Is(err, storage.ErrCorrupt) {
-				s.w.after(0, nil, func() {
-					if !p.down {
-						s.detect(p, "snapshot-source", err)
-					}
-				})
-			}
-			if err == nil && len(ents) > 0 && ents[0].GetIndex() == from {
-				out := make([]*raftpb.Entry, len(ents))
-				for i, e := range ents {
-					out[i] = proto.Clone(e).(*raftpb.Entry)
-				}
-				s.w.record("n%d copies snapshot entries [%d,%d] of g%d from n%d", n.id, from, ents[len(ents)-1].GetIndex(), a.Group, p.id)
-				return out, nil
-			}
-		}
-		s.w.faults["snapshot-copy-failed"]++
-		return nil, fmt.Errorf("no replica can serve snapshot entries [%d,%d] of group %d", from, to, a.Group)
 	}
 }
 

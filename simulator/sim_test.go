@@ -23,6 +23,7 @@ var (
 	flagEffects = flag.Bool("sim.effects", false, "trace every core effect too")
 	flagOut     = flag.String("sim.out", "", "directory for the checker's report of a failing seed")
 	flagFlips   = flag.Bool("sim.bitflips", false, "inject bit flips and misdirected writes on a minority of nodes")
+	flagRetry   = flag.Bool("sim.snapshot-retry", false, "retry failed snapshot copies forever, as the production host does (exposes an open bug)")
 )
 
 func canaryNames() string {
@@ -45,7 +46,7 @@ func runSeed(t *testing.T, cfg Config) *Result {
 }
 
 func baseConfig(seed uint64) Config {
-	return Config{Seed: seed, Nodes: *flagNodes, DCs: *flagDCs, Safety: *flagSafety, Canary: Canary(*flagCanary), BitFlips: *flagFlips}
+	return Config{Seed: seed, Nodes: *flagNodes, DCs: *flagDCs, Safety: *flagSafety, Canary: Canary(*flagCanary), BitFlips: *flagFlips, SnapshotRetry: *flagRetry}
 }
 
 // TestSim replays one seed (-sim.seed) with a readable trace.
@@ -86,6 +87,9 @@ func replayCmd(cfg Config) string {
 	}
 	if cfg.BitFlips {
 		args = append(args, "-sim.bitflips")
+	}
+	if cfg.SnapshotRetry {
+		args = append(args, "-sim.snapshot-retry")
 	}
 	cmd := fmt.Sprintf("make sim SEED=%d", cfg.Seed)
 	if len(args) > 0 {

@@ -161,17 +161,18 @@ type buggify struct {
 
 // buggifySites are the fault sites a run may switch on.
 var buggifySites = []string{
-	"net.duplicate",          // raft messages are sometimes delivered twice
-	"net.delay-spike",        // a message sometimes takes 20-120ms longer
-	"disk.slow-fsync",        // fsync sometimes takes 20-300ms
-	"disk.stall",             // fsync rarely stalls for 0.5-2s
-	"client.short-timeout",   // produce timeouts of 30-150ms: many unknown outcomes
-	"client.deep-pipeline",   // clients pipeline up to 8 produces per connection
-	"session.small-inflight", // the session reads at most 2 requests ahead
-	"storage.tiny-segments",  // 4 KiB segments: constant rolls, retention bites
-	"core.small-messages",    // tiny append messages and inflight windows
-	"core.sync-writes",       // raft's synchronous storage writes mode
-	"core.low-uncommitted",   // tiny uncommitted budget: backpressure errors
+	"net.duplicate",           // raft messages are sometimes delivered twice
+	"net.delay-spike",         // a message sometimes takes 20-120ms longer
+	"disk.slow-fsync",         // fsync sometimes takes 20-300ms
+	"disk.stall",              // fsync rarely stalls for 0.5-2s
+	"client.short-timeout",    // produce timeouts of 30-150ms: many unknown outcomes
+	"client.deep-pipeline",    // clients pipeline up to 8 produces per connection
+	"session.small-inflight",  // the session reads at most 2 requests ahead
+	"storage.tiny-segments",   // 4 KiB segments: constant rolls, retention bites
+	"core.small-messages",     // tiny append messages and inflight windows
+	"core.sync-writes",        // raft's synchronous storage writes mode
+	"core.low-uncommitted",    // tiny uncommitted budget: backpressure errors
+	"disk.slow-snapshot-copy", // snapshot copies sometimes start 0.2-1.5s late
 }
 
 func newBuggify(r *rand.Rand, enabled bool) *buggify {
