@@ -83,7 +83,7 @@ func TestProductionBinary(t *testing.T) {
 // markedFuncs matches the functions holding VDL's failpoint markers (and
 // the closures inlined from them, e.g. Host.Step's).
 const markedFuncs = `vdl/storage\.\(\*Log\)\.(flush|writeChunk|roll|recover)$|vdl/storage\.\(\*segment\)\.writeIndexFiles$|` +
-	`vdl/raftnode\.\(\*Host\)\.(dispatch|writeBatch|writeAppend)$|vdl/raftnode\.afterSave$|\(\*Host\)\.Step|vdl/kafka\.\(\*conn\)\.loop$`
+	`vdl/raftnode\.\(\*Host\)\.(dispatch|writeBatch|installSnapshot)$|vdl/raftnode\.afterSave$|\(\*Host\)\.Step|vdl/kafka\.\(\*conn\)\.loop$`
 
 // TestMarkersCompileAway: in the production build a marker costs nothing.
 // The production vdl of the work tree and the baseline (the same tree with

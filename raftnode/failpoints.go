@@ -56,7 +56,7 @@ func init() {
 		},
 		failpoints.Def{
 			Name:   "raftnode/beforeSnapshotInstall",
-			Place:  "raftnode/host.go (*Host).writeAppend: before InstallSnapshot of a received snapshot",
+			Place:  "raftnode/host.go (*Host).installSnapshot: before InstallSnapshot of a received snapshot",
 			Effect: `return(true): crash before the install; return("eio"): the install fails (host stops); sleep(ms): delay it`,
 		},
 	)

@@ -644,7 +644,7 @@ func (h *Host) writeBatch(batch []Effect, jobs chan<- syncJob, installing map[ui
 	for len(batch) > 0 {
 		e := batch[0]
 		batch = batch[1:]
-		if g, ok := effectGroup(e); ok {
+		if g, ok := EffectGroup(e); ok {
 			if q, busy := installing[g]; busy {
 				installing[g] = append(q, e)
 				continue
@@ -656,7 +656,7 @@ func (h *Host) writeBatch(batch []Effect, jobs chan<- syncJob, installing map[ui
 			if l == nil {
 				continue
 			}
-			if replaces(l, e.Msg) {
+			if Replaces(l, e.Msg) {
 				if err := h.drain(jobs, &job); err != nil {
 					return job, err
 				}
@@ -676,7 +676,7 @@ func (h *Host) writeBatch(batch []Effect, jobs chan<- syncJob, installing map[ui
 				}()
 				continue
 			}
-			if err := h.writeAppend(l, e); err != nil {
+			if err := WriteAppend(l, e.Msg); err != nil {
 				return job, fmt.Errorf("group %d: %w", e.Group, err)
 			}
 			job.add(e)
@@ -687,7 +687,7 @@ func (h *Host) writeBatch(batch []Effect, jobs chan<- syncJob, installing map[ui
 			waiting := installing[e.append.Group]
 			delete(installing, e.append.Group)
 			if l := h.logOf(e.append.Group); l != nil {
-				if err := h.writeAppend(l, e.append); err != nil {
+				if err := WriteAppend(l, e.append.Msg); err != nil {
 					return job, fmt.Errorf("group %d: %w", e.append.Group, err)
 				}
 				job.add(e.append)
@@ -726,40 +726,11 @@ type installed struct {
 
 func (installed) effect() {}
 
-// effectGroup returns the group a storage effect belongs to.
-func effectGroup(e Effect) (uint64, bool) {
-	switch e := e.(type) {
-	case Append:
-		return e.Group, true
-	case SaveConfState:
-		return e.Group, true
-	case Retain:
-		return e.Group, true
-	case Applied:
-		return e.Group, true
-	}
-	return 0, false
-}
-
 func (j *syncJob) add(a Append) {
 	j.done = append(j.done, a)
 	if !slices.Contains(j.groups, a.Group) {
 		j.groups = append(j.groups, a.Group)
 	}
-}
-
-// replaces reports whether writing m replaces entries already written (a
-// conflict truncation) or the whole log (a snapshot).
-func replaces(l Log, m *raftpb.Message) bool {
-	if m.GetSnapshot().GetMetadata().GetIndex() != 0 {
-		return true
-	}
-	ents := m.GetEntries()
-	if len(ents) == 0 {
-		return false
-	}
-	last, err := l.LastIndex()
-	return err != nil || ents[0].GetIndex() <= last
 }
 
 func (h *Host) logOf(group uint64) Log {
@@ -780,20 +751,6 @@ func (h *Host) installSnapshot(l Log, a Append) error {
 		}
 	})
 	return l.InstallSnapshot(a.Msg.GetSnapshot(), h.snapshotSource(a))
-}
-
-// writeAppend writes a MsgStorageAppend's entries and hard state (its
-// snapshot, if any, is installed first by installSnapshot).
-func (h *Host) writeAppend(l Log, a Append) error {
-	m := a.Msg
-	var hs *raftpb.HardState
-	if m.Term != nil || m.Vote != nil || m.Commit != nil {
-		hs = &raftpb.HardState{Term: new(m.GetTerm()), Vote: new(m.GetVote()), Commit: new(m.GetCommit())}
-	}
-	if len(m.GetEntries()) == 0 && hs == nil {
-		return nil
-	}
-	return l.Write(m.GetEntries(), hs)
 }
 
 // snapshotSource copies a snapshot's entries from its sender, falling back

@@ -114,7 +114,7 @@ func (n *node) writeBatch(batch []raftnode.Effect, drained bool) {
 	var job syncJob
 	for first := true; len(batch) > 0; first = false {
 		e := batch[0]
-		if g, ok := effectGroup(e); ok {
+		if g, ok := raftnode.EffectGroup(e); ok {
 			if q, busy := d.installing[g]; busy {
 				d.installing[g] = append(q, e)
 				batch = batch[1:]
@@ -124,7 +124,7 @@ func (n *node) writeBatch(batch []raftnode.Effect, drained bool) {
 		switch e := e.(type) {
 		case raftnode.Append:
 			l := n.logs[e.Group]
-			if !(first && drained) && replaces(l, e.Msg) {
+			if !(first && drained) && raftnode.Replaces(l, e.Msg) {
 				// Hand off what is written with a barrier; resume at e
 				// once everything before it is durable and reported.
 				job.barrier = true
@@ -138,7 +138,7 @@ func (n *node) writeBatch(batch []raftnode.Effect, drained bool) {
 				n.startInstall(e)
 				continue
 			}
-			if err := writeAppend(l, e.Msg); err != nil {
+			if err := raftnode.WriteAppend(l, e.Msg); err != nil {
 				n.failStop(fmt.Errorf("group %d: %w", e.Group, err))
 				return
 			}
@@ -151,7 +151,7 @@ func (n *node) writeBatch(batch []raftnode.Effect, drained bool) {
 			}
 			waiting := d.installing[e.Group]
 			delete(d.installing, e.Group)
-			if err := writeAppend(n.logs[e.Group], e.Msg); err != nil {
+			if err := raftnode.WriteAppend(n.logs[e.Group], e.Msg); err != nil {
 				n.failStop(fmt.Errorf("group %d: %w", e.Group, err))
 				return
 			}
@@ -364,46 +364,4 @@ func (n *node) snapshotSource(a raftnode.Append, copied *int) storage.EntrySourc
 		s.w.faults["snapshot-copy-failed"]++
 		return nil, fmt.Errorf("%w: [%d,%d] of group %d", errNoSource, from, to, a.Group)
 	}
-}
-
-// writeAppend writes a MsgStorageAppend's entries and hard state (its
-// snapshot, if any, is installed first by install), as Host.writeAppend.
-func writeAppend(l *storage.Log, m *raftpb.Message) error {
-	var hs *raftpb.HardState
-	if m.Term != nil || m.Vote != nil || m.Commit != nil {
-		hs = &raftpb.HardState{Term: new(m.GetTerm()), Vote: new(m.GetVote()), Commit: new(m.GetCommit())}
-	}
-	if len(m.GetEntries()) == 0 && hs == nil {
-		return nil
-	}
-	return l.Write(m.GetEntries(), hs)
-}
-
-// replaces reports whether writing m replaces entries already written (a
-// conflict truncation) or the whole log (a snapshot), as raftnode's.
-func replaces(l *storage.Log, m *raftpb.Message) bool {
-	if m.GetSnapshot().GetMetadata().GetIndex() != 0 {
-		return true
-	}
-	ents := m.GetEntries()
-	if len(ents) == 0 {
-		return false
-	}
-	last, err := l.LastIndex()
-	return err != nil || ents[0].GetIndex() <= last
-}
-
-// effectGroup returns the group a storage effect belongs to.
-func effectGroup(e raftnode.Effect) (uint64, bool) {
-	switch e := e.(type) {
-	case raftnode.Append:
-		return e.Group, true
-	case raftnode.SaveConfState:
-		return e.Group, true
-	case raftnode.Retain:
-		return e.Group, true
-	case raftnode.Applied:
-		return e.Group, true
-	}
-	return 0, false
 }

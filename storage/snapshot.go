@@ -208,8 +208,14 @@ func (l *Log) InstallSnapshot(snap *pb.Snapshot, src EntrySource) error {
 // term; by Raft's log matching, so is every entry before it). overlap is
 // false when there is none.
 func (l *Log) matchPoint(d snapDesc, idx uint64, src EntrySource) (k uint64, overlap bool, err error) {
-	first, _ := l.FirstIndex()
-	last, _ := l.LastIndex()
+	first, err := l.FirstIndex()
+	if err != nil {
+		return 0, false, err
+	}
+	last, err := l.LastIndex()
+	if err != nil {
+		return 0, false, err
+	}
 	lo, hi := max(d.first-1, first-1), min(last, idx)
 	if lo > hi {
 		return 0, false, nil

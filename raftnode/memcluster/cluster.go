@@ -222,14 +222,8 @@ func (n *Node) flush() error {
 					return fmt.Errorf("node %d group %d install snapshot: %w", n.ID, e.Group, err)
 				}
 			}
-			var hs *raftpb.HardState
-			if m.Term != nil || m.Vote != nil || m.Commit != nil {
-				hs = &raftpb.HardState{Term: new(m.GetTerm()), Vote: new(m.GetVote()), Commit: new(m.GetCommit())}
-			}
-			if len(m.GetEntries()) > 0 || hs != nil {
-				if err := n.Logs[e.Group].Write(m.GetEntries(), hs); err != nil {
-					return fmt.Errorf("node %d group %d write: %w", n.ID, e.Group, err)
-				}
+			if err := raftnode.WriteAppend(n.Logs[e.Group], m); err != nil {
+				return fmt.Errorf("node %d group %d write: %w", n.ID, e.Group, err)
 			}
 			done = append(done, e)
 			if !slices.Contains(touched, e.Group) {
