@@ -4,6 +4,8 @@ import (
 	"fmt"
 
 	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/vdl-project/vdl/internal/canary"
 )
 
 // ProduceToken names one Backend.Produce call of a session.
@@ -73,6 +75,11 @@ type Session struct {
 	groups     *Groups
 	clientID   string // of the request being handled
 	clientHost string
+
+	// canary.ReorderResponses: responses released so far, and one held
+	// back to go out after the next.
+	released int
+	heldResp []byte
 }
 
 // completer is an outstanding Backend.Produce of a request (a produce
@@ -238,8 +245,31 @@ func (s *Session) finishSilently(sl *slot) {
 // fail marks sl as a failed produce: nothing after it is read or answered,
 // and the connection closes once it is released.
 func (s *Session) fail(sl *slot, reason string) {
+	if canary.On(canary.SkipPoison) {
+		return // broken on purpose: later requests are served
+	}
 	s.stopped = true
 	sl.closeAfter = reason
+}
+
+// emit appends a response frame to the output; more says a later request
+// is waiting for its answer.
+func (s *Session) emit(resp []byte, more bool) {
+	if canary.On(canary.ReorderResponses) && len(resp) > 0 {
+		// Broken on purpose: the second response waits for the next.
+		s.released++
+		switch {
+		case s.heldResp != nil:
+			s.out = append(s.out, resp...)
+			resp, s.heldResp = s.heldResp, nil
+		case s.released == 2 && more:
+			s.heldResp = resp
+			return
+		case s.released == 2:
+			s.released-- // try again with the next response
+		}
+	}
+	s.out = append(s.out, resp...)
 }
 
 // release moves finished responses from the head of the queue to the output.
@@ -250,7 +280,7 @@ func (s *Session) release() {
 			break
 		}
 		n++
-		s.out = append(s.out, sl.resp...)
+		s.emit(sl.resp, len(s.slots) > n)
 		s.inflight -= sl.size
 		if sl.closeAfter != "" {
 			s.closeNow = true

@@ -19,6 +19,7 @@ import (
 	"go.etcd.io/raft/v3"
 	"go.etcd.io/raft/v3/raftpb"
 
+	"github.com/vdl-project/vdl/internal/canary"
 	"github.com/vdl-project/vdl/storage"
 )
 
@@ -456,6 +457,9 @@ func (c *Core) AppendDone(group uint64, m *raftpb.Message) {
 		return
 	}
 	g.appending--
+	if canary.On(canary.AckBeforeCommit) && g.role == raft.StateLeader {
+		c.ackEarly(g, m)
+	}
 	for _, r := range m.GetResponses() {
 		if r.GetTo() == c.cfg.ID {
 			_ = g.rn.Step(r)
@@ -464,6 +468,30 @@ func (c *Core) AppendDone(group uint64, m *raftpb.Message) {
 		}
 	}
 	c.drain(g)
+}
+
+// ackEarly (canary.AckBeforeCommit) completes the leader's proposals as
+// soon as its own append of them is durable, before a quorum has them.
+func (c *Core) ackEarly(g *group, m *raftpb.Message) {
+	ents := m.GetEntries()
+	if len(ents) == 0 {
+		return
+	}
+	last := ents[len(ents)-1].GetIndex()
+	var idxs []uint64
+	for idx := range g.pending {
+		if idx <= last && idx > g.applied {
+			idxs = append(idxs, idx)
+		}
+	}
+	slices.Sort(idxs)
+	for _, idx := range idxs {
+		term, err := g.st.Term(idx)
+		base, next, oerr := g.st.EntryOffsets(idx)
+		if err == nil && oerr == nil {
+			g.resolve(c, idx, term, base, next, nil)
+		}
+	}
 }
 
 // snapshotDone moves the applied state to an installed snapshot: the log
@@ -576,4 +604,41 @@ func (c *Core) noteSoftState(g *group, ss *raft.SoftState) {
 	g.role = ss.RaftState
 	g.lead = ss.Lead
 	c.emit(LeaderChanged{Group: g.id, Leader: ss.Lead, Term: g.rn.BasicStatus().GetTerm(), Role: ss.RaftState.String()})
+}
+
+// Shutdown ends every group: each pending proposal and read completes with
+// err, and the core hosts nothing. It returns the completions not yet taken
+// (those emitted before, then the failures in group and index order); the
+// other effects not yet taken are dropped.
+func (c *Core) Shutdown(err error) []Complete {
+	for _, id := range c.ids {
+		c.groups[id].failAll(c, err)
+	}
+	var out []Complete
+	for _, e := range c.effects {
+		if cm, ok := e.(Complete); ok {
+			out = append(out, cm)
+		}
+	}
+	c.effects = nil
+	c.groups, c.ids = map[uint64]*group{}, nil
+	return out
+}
+
+// members returns the group's voters and learners, sorted.
+func (c *Core) members(group uint64) []uint64 {
+	g, ok := c.groups[group]
+	if !ok {
+		return nil
+	}
+	cfg := g.rn.Status().Config
+	var ids []uint64
+	for id := range cfg.Voters.IDs() {
+		ids = append(ids, id)
+	}
+	for id := range cfg.Learners {
+		ids = append(ids, id)
+	}
+	slices.Sort(ids)
+	return ids
 }

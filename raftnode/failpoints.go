@@ -4,34 +4,34 @@ package raftnode
 
 import "github.com/vdl-project/vdl/failpoints"
 
-// The Raft driver's failpoints (docs/failpoints.md). They are in the Host
-// (host.go), never in the Core, which stays deterministic. Message drops
+// The Raft driver's failpoints (docs/failpoints.md). They are in the Node
+// and its jobs (and the Host's Step), never in the Core. Message drops
 // apply to every group; return(true) on a crash marker is SIGKILL.
 func init() {
 	failpoints.Register(
 		failpoints.Def{
 			Name:   "raftnode/beforeSave",
-			Place:  "raftnode/host.go (*Host).writeBatch: before an Append's Write to the log (append writer)",
+			Place:  "raftnode/pipeline.go (*WriteJob).run (the writer): before an Append's Write to the log",
 			Effect: "return(true): crash before the entries and hard state are written; sleep(ms): delay the save (and every append behind it)",
 		},
 		failpoints.Def{
 			Name:   "raftnode/afterSave",
-			Place:  "raftnode/host.go afterSave (append syncer): after the Sync of a batch of appends, before raft hears they are durable",
+			Place:  "raftnode/pipeline.go afterSave (SyncJob.Run, the syncer): after the Sync of a batch of appends, before raft hears they are durable",
 			Effect: "return(true): crash with the entries durable but not acknowledged; sleep(ms): delay the acknowledgement",
 		},
 		failpoints.Def{
 			Name:   "raftnode/beforeLeaderSend",
-			Place:  "raftnode/host.go (*Host).dispatch: before sending a leader's message (MsgApp, MsgHeartbeat, MsgSnap, MsgTimeoutNow)",
+			Place:  "raftnode/node.go (*Node).send: before sending a leader's message (MsgApp, MsgHeartbeat, MsgSnap, MsgTimeoutNow)",
 			Effect: "return(id): drop them to peer id; return(true): drop them all; sleep(ms): delay each (stalls the core)",
 		},
 		failpoints.Def{
 			Name:   "raftnode/beforeFollowerSend",
-			Place:  "raftnode/host.go (*Host).dispatch: before sending a follower's answer (MsgAppResp, MsgHeartbeatResp)",
+			Place:  "raftnode/node.go (*Node).send: before sending a follower's answer (MsgAppResp, MsgHeartbeatResp)",
 			Effect: "return(id): drop them to peer id; return(true): drop them all; sleep(ms): delay each (stalls the core)",
 		},
 		failpoints.Def{
 			Name:   "raftnode/dropTo",
-			Place:  "raftnode/host.go (*Host).dispatch: before every Raft message sent",
+			Place:  "raftnode/node.go (*Node).send: before every Raft message sent",
 			Effect: "return(id): drop every message to peer id (one side of a partition)",
 		},
 		failpoints.Def{
@@ -41,23 +41,23 @@ func init() {
 		},
 		failpoints.Def{
 			Name:   "raftnode/beforeApply",
-			Place:  "raftnode/host.go (*Host).dispatch: before an Applied effect (applied index recorded, high watermark published)",
+			Place:  "raftnode/node.go (*Node).applied: before an Applied effect (applied index recorded, high watermark published)",
 			Effect: "return(true): crash before the applied entries are published; sleep(ms): delay it (stalls the core: produce latency)",
 		},
 		failpoints.Def{
 			Name:   "raftnode/afterApply",
-			Place:  "raftnode/host.go (*Host).dispatch: after an Applied effect",
+			Place:  "raftnode/node.go (*Node).applied: after an Applied effect",
 			Effect: "return(true): crash after the high watermark moved; sleep(ms): delay (stalls the core)",
 		},
 		failpoints.Def{
 			Name:   "raftnode/beforeSnapshotSend",
-			Place:  "raftnode/host.go (*Host).dispatch: before sending a MsgSnap",
+			Place:  "raftnode/node.go (*Node).send: before sending a MsgSnap",
 			Effect: "return(true) or return(id): drop the snapshot (to id) and report it failed (raft retries later); sleep(ms): delay it",
 		},
 		failpoints.Def{
 			Name:   "raftnode/beforeSnapshotInstall",
-			Place:  "raftnode/host.go (*Host).installSnapshot: before InstallSnapshot of a received snapshot",
-			Effect: `return(true): crash before the install; return("eio"): the install fails (host stops); sleep(ms): delay it`,
+			Place:  "raftnode/install.go (*InstallJob).Run: before InstallSnapshot of a received snapshot (each attempt)",
+			Effect: `return(true): crash before the install; return("eio"): the install fails (the server fail-stops); sleep(ms): delay it`,
 		},
 	)
 }

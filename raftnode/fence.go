@@ -14,6 +14,9 @@ type Fence struct {
 	err  error
 }
 
+// NewFence returns a fence not yet passed; Node.Fence starts it.
+func NewFence() *Fence { return &Fence{done: make(chan struct{})} }
+
 // Done is closed when the fence has passed or failed.
 func (f *Fence) Done() <-chan struct{} { return f.done }
 
@@ -39,9 +42,14 @@ func (f *Fence) Passed() bool {
 	}
 }
 
-func (f *Fence) finish(err error) {
-	f.err = err
-	close(f.done)
+// Finish ends the fence with err (nil: passed). Only the first call counts.
+func (f *Fence) Finish(err error) {
+	select {
+	case <-f.done:
+	default:
+		f.err = err
+		close(f.done)
+	}
 }
 
 // fenceRound is a group's fences: those waiting for the round in flight
@@ -52,93 +60,86 @@ type fenceRound struct {
 	index     uint64 // read index of the round in flight; 0 until raft answers
 }
 
-// Fence starts (or joins) a leadership confirmation for a read of group.
-func (h *Host) Fence(group uint64) *Fence {
-	f := &Fence{done: make(chan struct{})}
-	if err := h.do(func() { h.fenceAdd(group, f) }); err != nil {
-		f.finish(err)
-	}
-	return f
-}
+// internalID marks the ids of the Node's own requests (read index rounds);
+// drivers number their proposals below it.
+const internalID ProposalID = 1 << 63
 
-// fenceAdd runs on the core goroutine.
-func (h *Host) fenceAdd(group uint64, f *Fence) {
-	h.fmu.Lock()
-	defer h.fmu.Unlock()
-	r := h.fences[group]
+// Fence starts (or joins) a confirmation of leadership for a read of group;
+// f finishes when it passes or fails.
+func (n *Node) Fence(group uint64, f *Fence) {
+	if n.err != nil {
+		f.Finish(n.err)
+		return
+	}
+	r := n.fences[group]
 	if r == nil {
 		r = &fenceRound{}
-		h.fences[group] = r
+		n.fences[group] = r
 	}
 	r.next = append(r.next, f)
 	if !r.inflight {
-		h.fenceStart(group, r)
+		n.fenceStart(group, r)
 	}
 }
 
-// fenceStart issues a ReadIndex for the fences waiting; core goroutine,
-// fmu held.
-func (h *Host) fenceStart(group uint64, r *fenceRound) {
+// fenceStart issues a ReadIndex for the fences waiting.
+func (n *Node) fenceStart(group uint64, r *fenceRound) {
 	r.inflight, r.cur, r.next, r.index = true, r.next, nil, 0
-	h.mu.Lock()
-	if h.err != nil {
-		h.mu.Unlock()
-		h.fenceEnd(group, r, h.err)
-		return
-	}
-	h.nextID++
-	id := h.nextID
-	h.futures[id] = func(res Result, err error) { h.fenceAnswer(group, r, res.Index, err) }
-	h.mu.Unlock()
-	h.core.ReadIndex(group, id)
+	n.nextInternal++
+	id := internalID | n.nextInternal
+	n.reads[id] = group
+	n.core.ReadIndex(group, id)
 }
 
-// fenceAnswer handles raft's answer (core goroutine, via complete; or the
-// stop path with an error).
-func (h *Host) fenceAnswer(group uint64, r *fenceRound, index uint64, err error) {
-	h.fmu.Lock()
-	defer h.fmu.Unlock()
-	if err != nil {
-		h.fenceEnd(group, r, err)
+// fenceAnswer handles raft's answer to a round's ReadIndex.
+func (n *Node) fenceAnswer(group uint64, index uint64, err error) {
+	r := n.fences[group]
+	if r == nil || !r.inflight {
 		return
 	}
-	h.mu.Lock()
-	v, ok := h.status[group]
-	applied := uint64(0)
-	if ok {
-		applied = v.applied
+	if err != nil {
+		n.fenceEnd(group, r, err)
+		return
 	}
-	h.mu.Unlock()
 	r.index = max(index, 1)
-	if applied >= index {
-		h.fenceEnd(group, r, nil)
+	if n.views[group].Applied >= index {
+		n.fenceEnd(group, r, nil)
 	}
 }
 
 // fenceApplied completes a round whose read index is now applied.
-func (h *Host) fenceApplied(group, applied uint64) {
-	h.fmu.Lock()
-	defer h.fmu.Unlock()
-	if r := h.fences[group]; r != nil && r.inflight && r.index != 0 && applied >= r.index {
-		h.fenceEnd(group, r, nil)
+func (n *Node) fenceApplied(group, applied uint64) {
+	if r := n.fences[group]; r != nil && r.inflight && r.index != 0 && applied >= r.index {
+		n.fenceEnd(group, r, nil)
 	}
 }
 
-// fenceEnd finishes the round in flight and starts the next; fmu held.
-func (h *Host) fenceEnd(group uint64, r *fenceRound, err error) {
+// fenceEnd finishes the round in flight and starts the next.
+func (n *Node) fenceEnd(group uint64, r *fenceRound, err error) {
 	for _, f := range r.cur {
-		f.finish(err)
+		f.Finish(err)
 	}
 	r.cur, r.inflight, r.index = nil, false, 0
 	if len(r.next) == 0 {
 		return
 	}
-	if herr := h.Err(); herr != nil { // stopped: nothing will answer
+	if n.err != nil {
 		for _, f := range r.next {
-			f.finish(herr)
+			f.Finish(n.err)
 		}
 		r.next = nil
 		return
 	}
-	h.fenceStart(group, r)
+	n.fenceStart(group, r)
+}
+
+// failFences ends every fence with err.
+func (n *Node) failFences(err error) {
+	for _, g := range sortedGroups(n.fences) {
+		r := n.fences[g]
+		for _, f := range append(r.cur, r.next...) {
+			f.Finish(err)
+		}
+		delete(n.fences, g)
+	}
 }

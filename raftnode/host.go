@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"runtime/debug"
 	"slices"
 	"sync"
 	"time"
@@ -16,8 +17,7 @@ import (
 	"github.com/vdl-project/vdl/storage"
 )
 
-// Log is a group's storage as the production driver uses it; *storage.Log
-// satisfies it.
+// Log is a group's storage as a Node uses it; *storage.Log satisfies it.
 type Log interface {
 	Storage
 	Write(ents []*raftpb.Entry, hs *raftpb.HardState) error
@@ -29,10 +29,6 @@ type Log interface {
 	// for, copying its entries from src; durable on return.
 	InstallSnapshot(snap *raftpb.Snapshot, src storage.EntrySource) error
 }
-
-// EntryFetcher copies entries [from, to] of a group's log from a peer
-// (a leader that sent a snapshot). It may return fewer entries than asked.
-type EntryFetcher func(group, peer, from, to uint64) ([]*raftpb.Entry, error)
 
 // Sender delivers messages to peers (the TCP transport). Send must not block.
 type Sender interface {
@@ -55,56 +51,58 @@ type HostConfig struct {
 	Core         Config
 	TickInterval time.Duration // default 100ms
 	Sender       Sender
-	// Fetch copies snapshot entries from peers; Peers lists the replicas to
-	// try after the snapshot's sender.
+	// Fetch copies snapshot entries from peers (the group's replicas are
+	// tried in turn, the snapshot's sender first).
 	Fetch  EntryFetcher
-	Peers  []uint64
 	Logger *slog.Logger
 }
 
-// Host is the production driver: it owns a Core on one goroutine, feeds it
-// real ticks and peer messages, and carries out its effects with an append
-// worker that group-commits (many appends, one fdatasync per log).
+// Host is the production driver of a Node: one goroutine (the loop) owns
+// the Node and feeds it real ticks, peer messages and proposals; a writer
+// and a syncer goroutine run its storage jobs (many appends per write, one
+// fdatasync per log per job), and each snapshot install attempt runs on a
+// goroutine of its own. What to write, when to fsync, when raft hears an
+// append is durable, when a read may be served: the Node decides, the Host
+// only carries it out.
 type Host struct {
 	cfg    HostConfig
-	core   *Core
+	node   *Node // the loop's
 	events chan func()
-	work   *workQueue
+	writes chan *WriteJob
+	syncs  chan *SyncJob
 	log    *slog.Logger
 
+	// gate makes every event submitted run exactly once: do holds it
+	// shared while queueing; Stop closes it before the loop ends, and the
+	// loop runs what was queued before that.
+	gate   sync.RWMutex
+	closed bool
+
 	mu      sync.Mutex
-	logs    map[uint64]Log
 	futures map[ProposalID]func(Result, error)
 	nextID  ProposalID
-	status  map[uint64]*groupView
-	err     error // set when the host stopped
+	views   map[uint64]*groupView
+	err     error         // why the host stopped
+	failed  chan struct{} // closed when the node fail-stopped
 
-	stop chan struct{}
-	wg   sync.WaitGroup
+	quit     chan struct{}
+	stopOnce sync.Once
+	loopDone sync.WaitGroup
+	workers  sync.WaitGroup
+}
 
-	// Read fences by group. Rounds start only on the core goroutine; fmu
-	// covers the stop path, which finishes them from elsewhere.
-	fmu    sync.Mutex
-	fences map[uint64]*fenceRound
+// groupView is a group's View for readers on other goroutines, with a
+// channel closed on every change that concerns them (fetch long polls wait
+// on it).
+type groupView struct {
+	View
+	changed chan struct{}
 }
 
 // Completion is the outcome of a proposal submitted with ProposeAsync.
 type Completion struct {
 	Result Result
 	Err    error
-}
-
-// groupView is what other goroutines may read about a group without
-// entering the core: leader and high watermark, with a channel closed on
-// every high watermark change (fetch long polls wait on it).
-type groupView struct {
-	leader      uint64
-	term        uint64
-	role        string
-	hwm         int64
-	applied     uint64
-	appliedTerm uint64
-	changed     chan struct{}
 }
 
 // NewHost returns a started host with no groups.
@@ -115,35 +113,55 @@ func NewHost(cfg HostConfig) *Host {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	if cfg.Core.Logger == nil {
-		cfg.Core.Logger = SlogLogger{L: cfg.Logger}
+	if cfg.Fetch == nil {
+		cfg.Fetch = func(_, peer, _, _ uint64) ([]*raftpb.Entry, uint64, error) {
+			return nil, 0, fmt.Errorf("no way to copy entries from node %d", peer)
+		}
 	}
 	h := &Host{
 		cfg:     cfg,
-		core:    NewCore(cfg.Core),
 		events:  make(chan func(), 4096),
-		work:    newWorkQueue(),
+		writes:  make(chan *WriteJob, 1),
+		syncs:   make(chan *SyncJob, 1),
 		log:     cfg.Logger,
-		logs:    map[uint64]Log{},
 		futures: map[ProposalID]func(Result, error){},
-		status:  map[uint64]*groupView{},
-		stop:    make(chan struct{}),
-		fences:  map[uint64]*fenceRound{},
+		views:   map[uint64]*groupView{},
+		failed:  make(chan struct{}),
+		quit:    make(chan struct{}),
 	}
-	h.wg.Add(2)
-	go h.runCore()
-	go h.runAppends()
+	h.node = NewNode(NodeConfig{Core: cfg.Core, Logger: cfg.Logger}, hostDriver{h})
+	h.loopDone.Add(1)
+	go h.run()
+	h.workers.Add(2)
+	go h.runWrites()
+	go h.runSyncs()
 	return h
 }
 
 // ID returns this server's node id.
 func (h *Host) ID() uint64 { return h.cfg.Core.ID }
 
-// Stop stops the host; pending proposals end with ErrStopped (their outcome
-// is unknown to callers). Logs are not closed: their owner closes them.
+// Stop stops the host: pending proposals end with ErrStopped (their
+// outcome is unknown to callers). Logs are not closed: their owner closes
+// them.
 func (h *Host) Stop() {
-	h.fail(ErrStopped)
-	h.wg.Wait()
+	h.stopOnce.Do(func() {
+		_ = h.call(func() { h.node.Stop(ErrStopped) })
+		closed := make(chan struct{})
+		go func() {
+			h.gate.Lock() // waits for callers blocked on a full queue: the loop still drains it
+			h.closed = true
+			h.gate.Unlock()
+			close(closed)
+		}()
+		<-closed
+		close(h.quit)
+		h.loopDone.Wait()
+		close(h.writes)
+		close(h.syncs)
+		h.workers.Wait()
+		h.fail(ErrStopped)
+	})
 }
 
 // Err returns why the host stopped, or nil while it runs.
@@ -153,48 +171,159 @@ func (h *Host) Err() error {
 	return h.err
 }
 
+// Failed is closed when the host stopped on a failure (storage, a raft
+// invariant): the process must exit; a supervisor restarts it.
+func (h *Host) Failed() <-chan struct{} { return h.failed }
+
+// fail records why the host stopped and ends every pending proposal.
 func (h *Host) fail(err error) {
 	h.mu.Lock()
-	if h.err != nil {
-		h.mu.Unlock()
-		return
+	if h.err == nil {
+		h.err = err
 	}
-	h.err = err
 	futures := h.futures
 	h.futures = map[ProposalID]func(Result, error){}
-	for _, v := range h.status {
-		close(v.changed)
-		v.changed = make(chan struct{})
-	}
 	h.mu.Unlock()
-	close(h.stop)
-	h.work.close()
-	for _, done := range futures {
-		done(Result{}, err)
+	for _, id := range sortedIDs(futures) {
+		futures[id](Result{}, err)
 	}
 }
 
-// do runs f on the core goroutine. It returns ErrStopped if the host stopped.
+// do runs f on the loop. It returns ErrStopped if the host is stopped.
 func (h *Host) do(f func()) error {
-	select {
-	case h.events <- f:
-		return nil
-	case <-h.stop:
+	h.gate.RLock()
+	defer h.gate.RUnlock()
+	if h.closed {
 		return ErrStopped
 	}
+	h.events <- f
+	return nil
 }
 
-// call runs f on the core goroutine and waits for it.
+// call runs f on the loop and waits for it.
 func (h *Host) call(f func()) error {
 	done := make(chan struct{})
 	if err := h.do(func() { f(); close(done) }); err != nil {
 		return err
 	}
+	<-done
+	return nil
+}
+
+// run is the loop: ticks and events into the Node, then its effects out.
+func (h *Host) run() {
+	defer h.loopDone.Done()
+	t := time.NewTicker(h.cfg.TickInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-h.quit:
+			for { // what was queued before the gate closed
+				select {
+				case f := <-h.events:
+					h.guard(f)
+				default:
+					return
+				}
+			}
+		case <-t.C:
+			h.guard(h.node.Tick)
+		case f := <-h.events:
+			h.guard(f)
+			// Take what else is queued before flushing, so one round of
+			// effects covers many events (fewer, larger appends).
+			for n := 0; n < 256; n++ {
+				select {
+				case f = <-h.events:
+					h.guard(f)
+					continue
+				default:
+				}
+				break
+			}
+		}
+		h.guard(h.node.Flush)
+	}
+}
+
+// guard runs f on the loop; a panic (a raft invariant) fail-stops the
+// node instead of leaving it half-updated.
+func (h *Host) guard(f func()) {
+	defer func() {
+		if p := recover(); p != nil {
+			h.node.FailStop(fmt.Errorf("panic: %v\n%s", p, debug.Stack()))
+		}
+	}()
+	f()
+}
+
+func (h *Host) runWrites() {
+	defer h.workers.Done()
+	for j := range h.writes {
+		err := j.Run()
+		_ = h.do(func() { h.node.Written(j, err) })
+	}
+}
+
+func (h *Host) runSyncs() {
+	defer h.workers.Done()
+	for j := range h.syncs {
+		err := j.Run()
+		_ = h.do(func() { h.node.Synced(j, err) })
+	}
+}
+
+// hostDriver is the Host as the Node's Driver (on the loop).
+type hostDriver struct{ h *Host }
+
+func (d hostDriver) Send(group uint64, m *raftpb.Message) { d.h.cfg.Sender.Send(group, m) }
+func (d hostDriver) Write(j *WriteJob)                    { d.h.writes <- j }
+func (d hostDriver) Sync(j *SyncJob)                      { d.h.syncs <- j }
+
+func (d hostDriver) Install(j *InstallJob) {
+	h := d.h
+	h.workers.Add(1)
+	go func() {
+		defer h.workers.Done()
+		err := j.Run(h.cfg.Fetch)
+		_ = h.do(func() { h.node.Installed(j, err) })
+	}()
+}
+
+func (d hostDriver) Complete(c Complete) {
+	h := d.h
+	h.mu.Lock()
+	done, ok := h.futures[c.ID]
+	delete(h.futures, c.ID)
+	h.mu.Unlock()
+	if ok {
+		done(Result{Index: c.Index, BaseOffset: c.BaseOffset, NextOffset: c.NextOffset}, c.Err)
+	}
+}
+
+func (d hostDriver) Publish(group uint64, v View) {
+	h := d.h
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	gv, ok := h.views[group]
+	if !ok {
+		return
+	}
+	wake := gv.View.Wakes(v)
+	gv.View = v
+	if wake {
+		close(gv.changed) // waiters re-check leadership too
+		gv.changed = make(chan struct{})
+	}
+}
+
+func (d hostDriver) Stopped(err error) {
+	h := d.h
+	h.fail(err)
 	select {
-	case <-done:
-		return nil
-	case <-h.stop:
-		return ErrStopped
+	case <-h.failed:
+	default:
+		close(h.failed)
 	}
 }
 
@@ -202,10 +331,9 @@ func (h *Host) call(f func()) error {
 func (h *Host) AddGroup(id uint64, log Log) error {
 	var err error
 	if cerr := h.call(func() {
-		if err = h.core.AddGroup(id, log); err == nil {
+		if err = h.node.AddGroup(id, log); err == nil {
 			h.mu.Lock()
-			h.logs[id] = log
-			h.status[id] = &groupView{changed: make(chan struct{})}
+			h.views[id] = &groupView{changed: make(chan struct{})}
 			h.mu.Unlock()
 		}
 	}); cerr != nil {
@@ -217,18 +345,21 @@ func (h *Host) AddGroup(id uint64, log Log) error {
 // RemoveGroup stops hosting a group.
 func (h *Host) RemoveGroup(id uint64) error {
 	return h.call(func() {
-		h.core.RemoveGroup(id)
+		h.node.RemoveGroup(id)
 		h.mu.Lock()
-		delete(h.logs, id)
-		if v, ok := h.status[id]; ok {
+		if v, ok := h.views[id]; ok {
 			close(v.changed)
-			delete(h.status, id)
+			delete(h.views, id)
 		}
 		h.mu.Unlock()
 	})
 }
 
-// Step delivers a message from a peer (called by the transport).
+// Step delivers a message from a peer (called by the transport). It is
+// never inlined, marker or not, so the production build's machine code is
+// the same with and without the dropFrom marker (TestMarkersCompileAway).
+//
+//go:noinline
 func (h *Host) Step(group uint64, m *raftpb.Message) {
 	failpoint.Inject("dropFrom", func(val failpoint.Value) {
 		failpoints.Hit("raftnode/dropFrom")
@@ -236,17 +367,17 @@ func (h *Host) Step(group uint64, m *raftpb.Message) {
 			failpoint.Return()
 		}
 	})
-	_ = h.do(func() { h.core.Step(group, m) })
+	_ = h.do(func() { h.node.Step(group, m) })
 }
 
 // ReportUnreachable tells the group that a message to peer was dropped.
 func (h *Host) ReportUnreachable(group, peer uint64) {
-	_ = h.do(func() { h.core.ReportUnreachable(group, peer) })
+	_ = h.do(func() { h.node.ReportUnreachable(group, peer) })
 }
 
 // ReportSnapshot tells the group whether a snapshot sent to peer arrived.
 func (h *Host) ReportSnapshot(group, peer uint64, ok bool) {
-	_ = h.do(func() { h.core.ReportSnapshot(group, peer, ok) })
+	_ = h.do(func() { h.node.ReportSnapshot(group, peer, ok) })
 }
 
 // Propose proposes data and waits for the outcome. Proposals submitted one
@@ -274,16 +405,16 @@ func (h *Host) ProposeAsync(group uint64, data []byte) (<-chan Completion, error
 }
 
 // ProposeFunc submits a proposal; done is called exactly once with its
-// outcome (ErrStopped if the host stops first). done runs on the host's
-// core goroutine: it must not block.
+// outcome (ErrStopped if the host stops first) unless ProposeFunc returns
+// an error. done runs on the host's loop: it must not block.
 func (h *Host) ProposeFunc(group uint64, data []byte, done func(Result, error)) error {
-	return h.submit(done, func(id ProposalID) { h.core.Propose(group, id, data) })
+	return h.submit(done, func(id ProposalID) { h.node.Propose(group, id, data) })
 }
 
 // ProposeConfChange proposes a membership change and waits for it to apply.
 func (h *Host) ProposeConfChange(ctx context.Context, group uint64, cc *raftpb.ConfChangeV2) error {
 	ch := make(chan Completion, 1)
-	if err := h.submit(func(r Result, err error) { ch <- Completion{r, err} }, func(id ProposalID) { h.core.ProposeConfChange(group, id, cc) }); err != nil {
+	if err := h.submit(func(r Result, err error) { ch <- Completion{r, err} }, func(id ProposalID) { h.node.ProposeConfChange(group, id, cc) }); err != nil {
 		return err
 	}
 	select {
@@ -318,19 +449,28 @@ func (h *Host) submit(done func(Result, error), f func(ProposalID)) error {
 
 // TransferLeader asks the group's leader to hand over to peer.
 func (h *Host) TransferLeader(group, to uint64) error {
-	return h.do(func() { h.core.TransferLeader(group, to) })
+	return h.do(func() { h.node.TransferLeader(group, to) })
 }
 
 // Campaign starts an election in the group on this server.
 func (h *Host) Campaign(group uint64) error {
-	return h.do(func() { h.core.Campaign(group) })
+	return h.do(func() { h.node.Campaign(group) })
 }
 
-// Status returns the group's full status (computed on the core goroutine).
+// Fence starts (or joins) a confirmation of leadership for a read of group.
+func (h *Host) Fence(group uint64) *Fence {
+	f := NewFence()
+	if err := h.do(func() { h.node.Fence(group, f) }); err != nil {
+		f.Finish(err)
+	}
+	return f
+}
+
+// Status returns the group's full status (computed on the loop).
 func (h *Host) Status(group uint64) (GroupStatus, bool) {
 	var s GroupStatus
 	var ok bool
-	if err := h.call(func() { s, ok = h.core.Status(group) }); err != nil {
+	if err := h.call(func() { s, ok = h.node.Status(group) }); err != nil {
 		return GroupStatus{}, false
 	}
 	return s, ok
@@ -340,34 +480,32 @@ func (h *Host) Status(group uint64) (GroupStatus, bool) {
 func (h *Host) Groups() []uint64 {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	ids := make([]uint64, 0, len(h.status))
-	for id := range h.status {
-		ids = append(ids, id)
-	}
-	slices.Sort(ids)
-	return ids
+	return sortedGroups(h.views)
 }
 
-// Leader returns the group's leader as last seen (0: none) and whether this
-// server is it.
+// View returns the group's view as last published.
+func (h *Host) View(group uint64) (View, bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	v, ok := h.views[group]
+	if !ok {
+		return View{}, false
+	}
+	return v.View, true
+}
+
+// Leader returns the group's leader as last seen (0: none) and whether the
+// group is hosted here.
 func (h *Host) Leader(group uint64) (leader uint64, ok bool) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	v, found := h.status[group]
-	if !found {
-		return 0, false
-	}
-	return v.leader, true
+	v, ok := h.View(group)
+	return v.Leader, ok
 }
 
-// Readable reports whether this server leads the group and may serve reads:
-// it has applied an entry of its own term, so its high watermark covers
-// everything any earlier leader acknowledged.
+// Readable reports whether this server leads the group and may serve reads
+// (View.Readable).
 func (h *Host) Readable(group uint64) bool {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	v, ok := h.status[group]
-	return ok && v.leader == h.cfg.Core.ID && v.appliedTerm == v.term && v.term != 0
+	v, ok := h.View(group)
+	return ok && v.Readable(h.ID())
 }
 
 // HighWatermark returns the group's committed, locally durable end offset
@@ -375,453 +513,24 @@ func (h *Host) Readable(group uint64) bool {
 func (h *Host) HighWatermark(group uint64) (int64, <-chan struct{}, bool) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	v, ok := h.status[group]
+	v, ok := h.views[group]
 	if !ok {
 		return 0, nil, false
 	}
-	return v.hwm, v.changed, true
+	return v.HighWatermark, v.changed, true
 }
 
-func (h *Host) runCore() {
-	defer h.wg.Done()
-	t := time.NewTicker(h.cfg.TickInterval)
-	defer t.Stop()
-	for {
-		select {
-		case <-h.stop:
-			return
-		case <-t.C:
-			h.core.Tick()
-		case f := <-h.events:
-			f()
-			// Take what else is queued before dispatching, so one round of
-			// effects covers many events (fewer, larger appends).
-			for n := 0; n < 256; n++ {
-				select {
-				case f = <-h.events:
-					f()
-					continue
-				default:
-				}
-				break
-			}
-		}
-		// Dispatching can cause more effects (a read fence round starting,
-		// say); carry them out now rather than at the next event.
-		for fx := h.core.TakeEffects(); len(fx) > 0; fx = h.core.TakeEffects() {
-			h.dispatch(fx)
-		}
+func sortedIDs[V any](m map[ProposalID]V) []ProposalID {
+	ids := make([]ProposalID, 0, len(m))
+	for id := range m {
+		ids = append(ids, id)
 	}
+	slices.Sort(ids)
+	return ids
 }
 
-func (h *Host) dispatch(effects []Effect) {
-	for _, e := range effects {
-		switch e := e.(type) {
-		case Send:
-			if e.Msg.GetType() == raftpb.MsgSnap {
-				failpoint.Inject("beforeSnapshotSend", func(val failpoint.Value) {
-					failpoints.Hit("raftnode/beforeSnapshotSend")
-					if failpoints.Bool(val) || failpoints.IsPeer(val, e.Msg.GetTo()) {
-						// As a failed snapshot transfer: raft retries later.
-						h.core.ReportSnapshot(e.Group, e.Msg.GetTo(), false)
-						failpoint.Continue()
-					}
-				})
-			}
-			if isLeaderMsg(e.Msg.GetType()) {
-				failpoint.Inject("beforeLeaderSend", func(val failpoint.Value) {
-					failpoints.Hit("raftnode/beforeLeaderSend")
-					if failpoints.Bool(val) || failpoints.IsPeer(val, e.Msg.GetTo()) {
-						failpoint.Continue()
-					}
-				})
-			} else if isFollowerMsg(e.Msg.GetType()) {
-				failpoint.Inject("beforeFollowerSend", func(val failpoint.Value) {
-					failpoints.Hit("raftnode/beforeFollowerSend")
-					if failpoints.Bool(val) || failpoints.IsPeer(val, e.Msg.GetTo()) {
-						failpoint.Continue()
-					}
-				})
-			}
-			failpoint.Inject("dropTo", func(val failpoint.Value) {
-				failpoints.Hit("raftnode/dropTo")
-				if failpoints.IsPeer(val, e.Msg.GetTo()) {
-					failpoint.Continue()
-				}
-			})
-			h.cfg.Sender.Send(e.Group, e.Msg)
-		case Append, SaveConfState, Retain:
-			h.work.push(e)
-		case Applied:
-			failpoint.Inject("beforeApply", func(val failpoint.Value) {
-				failpoints.Hit("raftnode/beforeApply")
-				if failpoints.Bool(val) {
-					failpoints.Crash()
-				}
-			})
-			h.work.push(e) // applied index is persisted after earlier conf states
-			h.publishApplied(e)
-			h.fenceApplied(e.Group, e.Index)
-			failpoint.Inject("afterApply", func(val failpoint.Value) {
-				failpoints.Hit("raftnode/afterApply")
-				if failpoints.Bool(val) {
-					failpoints.Crash()
-				}
-			})
-		case Complete:
-			h.complete(e)
-		case LeaderChanged:
-			h.mu.Lock()
-			if v, ok := h.status[e.Group]; ok {
-				v.leader, v.term, v.role = e.Leader, e.Term, e.Role
-				close(v.changed) // waiters re-check leadership too
-				v.changed = make(chan struct{})
-			}
-			h.mu.Unlock()
-		}
-	}
-}
-
-// isLeaderMsg reports the messages only a leader sends (log replication,
-// heartbeats, snapshots, leadership transfer).
-func isLeaderMsg(t raftpb.MessageType) bool {
-	switch t {
-	case raftpb.MsgApp, raftpb.MsgHeartbeat, raftpb.MsgSnap, raftpb.MsgTimeoutNow:
-		return true
-	}
-	return false
-}
-
-// isFollowerMsg reports a follower's answers to its leader.
-func isFollowerMsg(t raftpb.MessageType) bool {
-	return t == raftpb.MsgAppResp || t == raftpb.MsgHeartbeatResp
-}
-
-func (h *Host) publishApplied(e Applied) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if v, ok := h.status[e.Group]; ok {
-		v.applied = e.Index
-		if v.hwm != e.HighWatermark || v.appliedTerm != e.Term {
-			v.hwm, v.appliedTerm = e.HighWatermark, e.Term
-			close(v.changed)
-			v.changed = make(chan struct{})
-		}
-	}
-}
-
-func (h *Host) complete(e Complete) {
-	h.mu.Lock()
-	done, ok := h.futures[e.ID]
-	delete(h.futures, e.ID)
-	h.mu.Unlock()
-	if !ok {
-		return
-	}
-	done(Result{Index: e.Index, BaseOffset: e.BaseOffset, NextOffset: e.NextOffset}, e.Err)
-}
-
-// runAppends is the append worker: it takes every queued effect, writes all
-// appends, syncs each touched log once, and only then reports them done.
-func (h *Host) runAppends() {
-	defer h.wg.Done()
-	// The writer (this goroutine) and the syncer overlap: while the syncer
-	// fsyncs one batch, the writer encodes and writes the next. At most one
-	// written batch waits for the syncer.
-	jobs := make(chan syncJob, 1)
-	synced := make(chan struct{})
-	go h.runSyncs(jobs, synced)
-	defer func() {
-		close(jobs)
-		<-synced
-	}()
-	installing := map[uint64][]Effect{}
-	for {
-		batch, ok := h.work.takeAll()
-		if !ok {
-			return
-		}
-		job, err := h.writeBatch(batch, jobs, installing)
-		if err == nil {
-			err = h.handOff(jobs, job)
-		}
-		if err != nil {
-			if !errors.Is(err, ErrStopped) {
-				h.log.Error("storage failed; stopping so nothing un-durable is acknowledged", "err", err)
-				h.fail(fmt.Errorf("%w: %v", ErrStopped, err))
-			}
-			return
-		}
-	}
-}
-
-// syncJob is a written batch: the logs to fsync, the appends to report
-// durable after that, and (for a barrier) a channel to close when done.
-type syncJob struct {
-	groups  []uint64
-	done    []Append
-	barrier chan struct{}
-}
-
-func (h *Host) handOff(jobs chan<- syncJob, job syncJob) error {
-	if len(job.groups) == 0 && len(job.done) == 0 && job.barrier == nil {
-		return nil
-	}
-	select {
-	case jobs <- job:
-		return nil
-	case <-h.stop:
-		return ErrStopped
-	}
-}
-
-// drain hands off what is written so far and waits until every written
-// batch is durable and reported.
-func (h *Host) drain(jobs chan<- syncJob, job *syncJob) error {
-	job.barrier = make(chan struct{})
-	if err := h.handOff(jobs, *job); err != nil {
-		return err
-	}
-	select {
-	case <-job.barrier:
-	case <-h.stop:
-		return ErrStopped
-	}
-	*job = syncJob{}
-	return nil
-}
-
-// runSyncs fsyncs each written batch's logs once, then reports its appends
-// durable, in order.
-func (h *Host) runSyncs(jobs <-chan syncJob, synced chan<- struct{}) {
-	defer close(synced)
-	for job := range jobs {
-		for _, g := range job.groups {
-			l := h.logOf(g)
-			if l == nil {
-				continue
-			}
-			if _, err := l.Sync(); err != nil {
-				h.log.Error("storage failed; stopping so nothing un-durable is acknowledged", "group", g, "err", err)
-				h.fail(fmt.Errorf("%w: group %d: sync: %v", ErrStopped, g, err))
-				return
-			}
-		}
-		if len(job.done) > 0 {
-			afterSave()
-		}
-		for _, a := range job.done {
-			_ = h.do(func() { h.core.AppendDone(a.Group, a.Msg) })
-		}
-		if job.barrier != nil {
-			close(job.barrier)
-		}
-	}
-}
-
-// afterSave is the failpoint between making appends durable and telling
-// raft so.
-func afterSave() {
-	failpoint.Inject("afterSave", func(val failpoint.Value) {
-		failpoints.Hit("raftnode/afterSave")
-		if failpoints.Bool(val) {
-			failpoints.Crash()
-		}
-	})
-}
-
-// writeBatch writes a batch of effects in order and returns the sync job
-// for what it wrote. An append that truncates the log (a Raft conflict) or
-// installs a snapshot first waits until everything written before is
-// durable and reported: an acknowledgement sent later must not describe
-// entries that a later write already replaced.
-//
-// A snapshot is installed on a goroutine of its own (copying its entries
-// from a peer can take long): the group's later effects wait in
-// installing, in order, and the other groups go on being written.
-func (h *Host) writeBatch(batch []Effect, jobs chan<- syncJob, installing map[uint64][]Effect) (syncJob, error) {
-	var job syncJob
-	for len(batch) > 0 {
-		e := batch[0]
-		batch = batch[1:]
-		if g, ok := EffectGroup(e); ok {
-			if q, busy := installing[g]; busy {
-				installing[g] = append(q, e)
-				continue
-			}
-		}
-		switch e := e.(type) {
-		case Append:
-			l := h.logOf(e.Group)
-			if l == nil {
-				continue
-			}
-			if Replaces(l, e.Msg) {
-				if err := h.drain(jobs, &job); err != nil {
-					return job, err
-				}
-			}
-			failpoint.Inject("beforeSave", func(val failpoint.Value) {
-				failpoints.Hit("raftnode/beforeSave")
-				if failpoints.Bool(val) {
-					failpoints.Crash()
-				}
-			})
-			if e.Msg.GetSnapshot().GetMetadata().GetIndex() != 0 {
-				installing[e.Group] = []Effect{}
-				h.wg.Add(1)
-				go func() {
-					defer h.wg.Done()
-					h.work.push(installed{append: e, err: h.installSnapshot(l, e)})
-				}()
-				continue
-			}
-			if err := WriteAppend(l, e.Msg); err != nil {
-				return job, fmt.Errorf("group %d: %w", e.Group, err)
-			}
-			job.add(e)
-		case installed:
-			if e.err != nil {
-				return job, fmt.Errorf("group %d: install snapshot: %w", e.append.Group, e.err)
-			}
-			waiting := installing[e.append.Group]
-			delete(installing, e.append.Group)
-			if l := h.logOf(e.append.Group); l != nil {
-				if err := WriteAppend(l, e.append.Msg); err != nil {
-					return job, fmt.Errorf("group %d: %w", e.append.Group, err)
-				}
-				job.add(e.append)
-			}
-			batch = append(waiting, batch...)
-		case SaveConfState:
-			if l := h.logOf(e.Group); l != nil {
-				if err := l.ApplyConfState(e.Index, e.Conf); err != nil {
-					return job, fmt.Errorf("group %d: save conf state: %w", e.Group, err)
-				}
-			}
-		case Retain:
-			if l := h.logOf(e.Group); l != nil {
-				if n, err := l.DeleteBefore(e.BeforeOffset); err != nil {
-					h.log.Warn("retention failed", "group", e.Group, "before", e.BeforeOffset, "err", err)
-				} else if n > 0 {
-					h.log.Info("retention deleted segments", "group", e.Group, "before", e.BeforeOffset, "segments", n)
-				}
-			}
-		case Applied:
-			if l := h.logOf(e.Group); l != nil {
-				l.SetApplied(e.Index)
-			}
-		}
-	}
-	return job, nil
-}
-
-// installed is what a snapshot install goroutine hands back to the append
-// worker: the append that carried the snapshot, to finish (its entries and
-// hard state) and report, or the install's error.
-type installed struct {
-	append Append
-	err    error
-}
-
-func (installed) effect() {}
-
-func (j *syncJob) add(a Append) {
-	j.done = append(j.done, a)
-	if !slices.Contains(j.groups, a.Group) {
-		j.groups = append(j.groups, a.Group)
-	}
-}
-
-func (h *Host) logOf(group uint64) Log {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	return h.logs[group]
-}
-
-// installSnapshot replaces a log with the snapshot an append carries.
-func (h *Host) installSnapshot(l Log, a Append) error {
-	failpoint.Inject("beforeSnapshotInstall", func(val failpoint.Value) {
-		failpoints.Hit("raftnode/beforeSnapshotInstall")
-		if failpoints.Bool(val) {
-			failpoints.Crash()
-		}
-		if failpoints.EIO(val) {
-			failpoint.Return(failpoints.IOError())
-		}
-	})
-	return l.InstallSnapshot(a.Msg.GetSnapshot(), h.snapshotSource(a))
-}
-
-// snapshotSource copies a snapshot's entries from its sender, falling back
-// to the other replicas, and retries with backoff until it succeeds or the
-// host stops: the install must finish before raft hears it is done. (The
-// group's later writes wait for it; other groups' do not.)
-func (h *Host) snapshotSource(a Append) storage.EntrySource {
-	return func(from, to uint64) ([]*raftpb.Entry, error) {
-		peers := append([]uint64{a.Leader}, h.cfg.Peers...)
-		backoff := 50 * time.Millisecond
-		for {
-			for _, p := range peers {
-				if p == 0 || p == h.cfg.Core.ID || h.cfg.Fetch == nil {
-					continue
-				}
-				ents, err := h.cfg.Fetch(a.Group, p, from, to)
-				if err == nil && len(ents) > 0 && ents[0].GetIndex() == from {
-					return ents, nil
-				}
-				h.log.Warn("copying snapshot entries failed; trying another replica", "group", a.Group, "peer", p, "from", from, "err", err)
-			}
-			select {
-			case <-h.stop:
-				return nil, ErrStopped
-			case <-time.After(backoff):
-			}
-			backoff = min(2*backoff, 2*time.Second)
-		}
-	}
-}
-
-// workQueue is an unbounded FIFO between the core and the append worker.
-// Unbounded is safe: the core only emits appends for proposals it admitted
-// under MaxUncommittedBytes and for messages raft bounds by inflight limits.
-type workQueue struct {
-	mu     sync.Mutex
-	cond   *sync.Cond
-	items  []Effect
-	closed bool
-}
-
-func newWorkQueue() *workQueue {
-	q := &workQueue{}
-	q.cond = sync.NewCond(&q.mu)
-	return q
-}
-
-func (q *workQueue) push(e Effect) {
-	q.mu.Lock()
-	q.items = append(q.items, e)
-	q.mu.Unlock()
-	q.cond.Signal()
-}
-
-func (q *workQueue) takeAll() ([]Effect, bool) {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	for len(q.items) == 0 && !q.closed {
-		q.cond.Wait()
-	}
-	if q.closed {
-		return nil, false
-	}
-	items := q.items
-	q.items = nil
-	return items, true
-}
-
-func (q *workQueue) close() {
-	q.mu.Lock()
-	q.closed = true
-	q.mu.Unlock()
-	q.cond.Broadcast()
+// FailStop stops the host for a failure found outside it (corruption found
+// by a read): Failed closes and the process must exit.
+func (h *Host) FailStop(err error) {
+	_ = h.do(func() { h.node.FailStop(err) })
 }

@@ -2,95 +2,110 @@ package server
 
 import (
 	"errors"
-	"net"
-	"strconv"
 
+	"github.com/vdl-project/vdl/internal/canary"
 	"github.com/vdl-project/vdl/kafka"
 	"github.com/vdl-project/vdl/raftnode"
 	"github.com/vdl-project/vdl/storage"
 )
 
-// backend is the Kafka front end's view of this server: streams are Raft
-// groups on the Host, reads come from the storage logs.
-type backend struct{ s *Server }
-
-var _ kafka.Backend = backend{}
-
-func (b backend) Brokers() []kafka.Broker {
-	var out []kafka.Broker
-	for _, p := range b.s.cfg.Peers {
-		host, port, err := net.SplitHostPort(p.Kafka)
-		if err != nil {
-			continue
-		}
-		n, err := strconv.Atoi(port)
-		if err != nil {
-			continue
-		}
-		br := kafka.Broker{NodeID: int32(p.ID), Host: host, Port: int32(n)}
-		if p.DC != "" {
-			br.Rack = new(p.DC)
-		}
-		out = append(out, br)
-	}
-	return out
+// Replication is the replication engine a Backend serves from: the
+// production *raftnode.Host, or the simulator's driver of the same
+// raftnode.Node.
+type Replication interface {
+	ID() uint64
+	View(group uint64) (raftnode.View, bool)
+	// HighWatermark is the view's high watermark and a channel closed at
+	// the group's next change that concerns readers.
+	HighWatermark(group uint64) (int64, <-chan struct{}, bool)
+	Status(group uint64) (raftnode.GroupStatus, bool)
+	ProposeFunc(group uint64, data []byte, done func(raftnode.Result, error)) error
+	Fence(group uint64) *raftnode.Fence
+	// FailStop stops the server for a failure found outside the engine
+	// (corruption found by a read).
+	FailStop(err error)
 }
 
-// Controller reports the lowest live-looking broker id: VDL has no Kafka
-// controller; clients only need a stable, valid broker id here.
-func (b backend) Controller() int32 {
-	if len(b.s.cfg.Peers) == 0 {
-		return -1
-	}
-	min := b.s.cfg.Peers[0].ID
-	for _, p := range b.s.cfg.Peers {
-		if p.ID < min {
-			min = p.ID
+// Catalog is the streams and brokers a server knows.
+type Catalog interface {
+	Brokers() []kafka.Broker
+	Streams() []string // sorted
+	Stream(name string) (StreamRef, bool)
+}
+
+// StreamRef is one stream of the catalog.
+type StreamRef struct {
+	Group    uint64
+	Replicas []uint64
+	Log      *storage.Log // nil when the stream is not hosted here
+}
+
+// Backend is the Kafka front end's view of a server (kafka.Backend):
+// streams are Raft groups of the replication engine; reads come from the
+// local storage logs, only on the leader, only up to the high watermark.
+type Backend struct {
+	r Replication
+	c Catalog
+}
+
+var _ kafka.Backend = (*Backend)(nil)
+
+// NewBackend returns the backend of the server whose engine is r.
+func NewBackend(r Replication, c Catalog) *Backend { return &Backend{r: r, c: c} }
+
+// Brokers lists the advertised brokers.
+func (b *Backend) Brokers() []kafka.Broker { return b.c.Brokers() }
+
+// Controller reports the lowest broker id: VDL has no Kafka controller;
+// clients only need a stable, valid broker id here.
+func (b *Backend) Controller() int32 {
+	id := int32(-1)
+	for _, br := range b.c.Brokers() {
+		if id == -1 || br.NodeID < id {
+			id = br.NodeID
 		}
 	}
-	return int32(min)
+	return id
 }
 
-func (b backend) Streams() []string {
-	var names []string
-	for _, sc := range b.s.cfg.Streams {
-		names = append(names, sc.Name)
-	}
-	return sortedStrings(names)
-}
+// Streams lists the streams, sorted.
+func (b *Backend) Streams() []string { return b.c.Streams() }
 
-func (b backend) Stream(name string) (kafka.StreamInfo, bool) {
-	sc, ok := b.s.streamConfig(name)
+// Stream reports a stream's leader, replicas and in-sync replicas. A
+// leader that may not serve reads yet is reported as no leader
+// (LEADER_NOT_AVAILABLE), so clients wait rather than fail.
+func (b *Backend) Stream(name string) (kafka.StreamInfo, bool) {
+	ref, ok := b.c.Stream(name)
 	if !ok {
 		return kafka.StreamInfo{}, false
 	}
-	info := kafka.StreamInfo{Leader: -1, Replicas: ids32(sc.Replicas), ISR: ids32(sc.Replicas)}
-	st, hosted := b.s.stream(name)
-	if !hosted {
+	info := kafka.StreamInfo{Leader: -1, Replicas: ids32(ref.Replicas), ISR: ids32(ref.Replicas)}
+	v, hosted := b.r.View(ref.Group)
+	if ref.Log == nil || !hosted {
 		return info, true
 	}
-	leader, _ := b.s.host.Leader(st.cfg.ID)
-	if leader != 0 {
-		info.Leader = int32(leader)
+	if v.Leader != 0 {
+		info.Leader = int32(v.Leader)
 	}
-	if leader == b.s.cfg.NodeID {
-		info.Local = b.s.host.Readable(st.cfg.ID)
+	if v.Leader == b.r.ID() {
+		info.Local = v.Readable(b.r.ID())
 		if !info.Local {
 			info.Leader = -1 // elected but not serving yet: LEADER_NOT_AVAILABLE
-		} else if gs, ok := b.s.host.Status(st.cfg.ID); ok {
+		} else if gs, ok := b.r.Status(ref.Group); ok {
 			info.ISR = ids32(gs.InSync)
 		}
 	}
 	return info, true
 }
 
-func (b backend) Produce(name string, records []byte, done func(int64, error)) {
-	st, ok := b.s.stream(name)
-	if !ok {
+// Produce proposes the batches in the stream's group.
+func (b *Backend) Produce(name string, records []byte, done func(int64, error)) {
+	ref, ok := b.c.Stream(name)
+	if !ok || ref.Log == nil {
 		done(0, kafka.ErrUnknownStream)
 		return
 	}
-	err := b.s.host.ProposeFunc(st.cfg.ID, raftnode.UserData(records), func(r raftnode.Result, err error) {
+	err := b.r.ProposeFunc(ref.Group, raftnode.UserData(records), func(r raftnode.Result, err error) {
 		done(r.BaseOffset, err)
 	})
 	if err != nil {
@@ -98,29 +113,33 @@ func (b backend) Produce(name string, records []byte, done func(int64, error)) {
 	}
 }
 
-func (b backend) Log(name string) (kafka.LogView, error) {
-	st, ok := b.s.stream(name)
-	if !ok {
-		if _, known := b.s.streamConfig(name); known {
-			return nil, kafka.ErrNotLeader // hosted elsewhere
-		}
-		return nil, kafka.ErrUnknownStream
-	}
-	leader, _ := b.s.host.Leader(st.cfg.ID)
+// Log returns the read view of a stream this server leads and may serve.
+func (b *Backend) Log(name string) (kafka.LogView, error) {
+	ref, ok := b.c.Stream(name)
 	switch {
-	case leader == 0:
+	case !ok:
+		return nil, kafka.ErrUnknownStream
+	case ref.Log == nil:
+		return nil, kafka.ErrNotLeader // hosted elsewhere
+	}
+	v, _ := b.r.View(ref.Group)
+	if canary.On(canary.FollowerServesFetch) && v.Leader != 0 {
+		return logView{b: b, group: ref.Group, log: ref.Log}, nil // broken on purpose
+	}
+	switch {
+	case v.Leader == 0:
 		return nil, kafka.ErrNoLeader
-	case leader != b.s.cfg.NodeID:
+	case v.Leader != b.r.ID():
 		return nil, kafka.ErrNotLeader
-	case !b.s.host.Readable(st.cfg.ID):
+	case !v.Readable(b.r.ID()):
 		return nil, kafka.ErrNoLeader
 	}
-	return logView{h: b.s.host, group: st.cfg.ID, log: st.log}, nil
+	return logView{b: b, group: ref.Group, log: ref.Log}, nil
 }
 
 // logView serves reads of a stream this server leads.
 type logView struct {
-	h     *raftnode.Host
+	b     *Backend
 	group uint64
 	log   *storage.Log
 }
@@ -129,12 +148,22 @@ func (v logView) StartOffset() int64 { return v.log.StartOffset() }
 func (v logView) EndOffset() int64   { return v.log.EndOffset() }
 
 func (v logView) HighWatermark() int64 {
-	hwm, _, _ := v.h.HighWatermark(v.group)
+	if canary.On(canary.ReadAboveHWM) {
+		return v.log.EndOffset() // broken on purpose: uncommitted records are visible
+	}
+	hwm, _, _ := v.b.r.HighWatermark(v.group)
 	return hwm
 }
 
+// Read reads committed batches. Corruption found on the way is never
+// served: the server stops (a replica that cannot trust its disk must be
+// replaced).
 func (v logView) Read(offset, hwm int64, maxBytes int) ([]storage.Batch, error) {
-	return v.log.Read(offset, hwm, maxBytes)
+	bs, err := v.log.Read(offset, hwm, maxBytes)
+	if err != nil && errors.Is(err, storage.ErrCorrupt) {
+		v.b.r.FailStop(err)
+	}
+	return bs, err
 }
 
 // OffsetForTime finds the first batch whose max timestamp reaches ts and
@@ -148,7 +177,7 @@ func (v logView) OffsetForTime(ts int64) (int64, int64, error) {
 	if off >= hwm {
 		return -1, -1, nil
 	}
-	bs, err := v.log.Read(off, hwm, 1)
+	bs, err := v.Read(off, hwm, 1)
 	if err != nil {
 		if errors.Is(err, storage.ErrOutOfRange) {
 			return -1, -1, nil
@@ -161,10 +190,19 @@ func (v logView) OffsetForTime(ts int64) (int64, int64, error) {
 	return off, maxTimestamp(bs[0].Data), nil
 }
 
-func (v logView) Fence() kafka.ReadFence { return v.h.Fence(v.group) }
+func (v logView) Fence() kafka.ReadFence {
+	if canary.On(canary.FollowerServesFetch) {
+		if view, _ := v.b.r.View(v.group); view.Leader != v.b.r.ID() {
+			f := raftnode.NewFence() // broken on purpose: a follower confirms nothing
+			f.Finish(nil)
+			return f
+		}
+	}
+	return v.b.r.Fence(v.group)
+}
 
 func (v logView) Changed() <-chan struct{} {
-	_, ch, ok := v.h.HighWatermark(v.group)
+	_, ch, ok := v.b.r.HighWatermark(v.group)
 	if !ok {
 		closed := make(chan struct{})
 		close(closed)

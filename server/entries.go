@@ -12,13 +12,18 @@ import (
 
 	"go.etcd.io/raft/v3/raftpb"
 	"google.golang.org/protobuf/proto"
+
+	"github.com/vdl-project/vdl/storage"
 )
 
 // Copying a snapshot's entries between servers: a follower that installs a
 // Raft snapshot copies the entries the snapshot stands for from a peer
 // (the leader first) with GET /internal/raft/{group}/entries?from=&to=.
 // The answer is a run of [u32 length][protobuf raftpb.Entry], read
-// sequentially from the peer's log, at most maxEntriesBytes per request.
+// sequentially from the peer's log, at most maxEntriesBytes per request,
+// never past the peer's commit index (storage.Log.CommittedEntries), with
+// the term of the entry before them in the Vdl-Prev-Term header. 410 Gone:
+// retention deleted them; 409 Conflict: they are not committed there yet.
 
 const maxEntriesBytes = 8 << 20
 
@@ -39,12 +44,20 @@ func (s *Server) handleEntries(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, fmt.Sprintf("group %d is not hosted here", group), http.StatusNotFound)
 		return
 	}
-	ents, err := st.log.Entries(from, to+1, maxEntriesBytes)
-	if err != nil {
+	ents, prev, err := st.log.CommittedEntries(from, to, maxEntriesBytes)
+	switch {
+	case errors.Is(err, storage.ErrOutOfRange):
 		http.Error(w, err.Error(), http.StatusGone)
+		return
+	case errors.Is(err, storage.ErrNotCommitted):
+		http.Error(w, err.Error(), http.StatusConflict)
+		return
+	case err != nil:
+		http.Error(w, err.Error(), http.StatusInternalServerError)
 		return
 	}
 	w.Header().Set("Content-Type", "application/octet-stream")
+	w.Header().Set(prevTermHeader, strconv.FormatUint(prev, 10))
 	bw := bufio.NewWriterSize(w, 256<<10)
 	var buf []byte
 	for _, e := range ents {
@@ -64,42 +77,57 @@ func (s *Server) handleEntries(w http.ResponseWriter, r *http.Request) {
 	_ = bw.Flush()
 }
 
-// fetchEntries copies entries [from, to] of a group from a peer.
-func (s *Server) fetchEntries(group, peer, from, to uint64) ([]*raftpb.Entry, error) {
+const prevTermHeader = "Vdl-Prev-Term"
+
+// fetchEntries copies committed entries [from, to] of a group from a peer
+// (raftnode.EntryFetcher).
+func (s *Server) fetchEntries(group, peer, from, to uint64) ([]*raftpb.Entry, uint64, error) {
 	p, ok := s.cfg.Peer(peer)
 	if !ok || p.Admin == "" {
-		return nil, fmt.Errorf("peer %d has no admin address to copy entries from", peer)
+		return nil, 0, fmt.Errorf("peer %d has no admin address to copy entries from", peer)
 	}
 	u := fmt.Sprintf("http://%s/internal/raft/%d/entries?from=%d&to=%d", p.Admin, group, from, to)
-	resp, err := entriesClient.Get(u)
+	req, err := http.NewRequestWithContext(s.ctx, http.MethodGet, u, nil)
 	if err != nil {
-		return nil, err
+		return nil, 0, err
+	}
+	resp, err := entriesClient.Do(req)
+	if err != nil {
+		return nil, 0, err
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
 		msg, _ := io.ReadAll(io.LimitReader(resp.Body, 1024))
-		return nil, fmt.Errorf("GET %s: %s: %s", u, resp.Status, msg)
+		err := fmt.Errorf("GET %s: %s: %s", u, resp.Status, msg)
+		if resp.StatusCode == http.StatusGone {
+			err = fmt.Errorf("%w: %v", storage.ErrOutOfRange, err)
+		}
+		return nil, 0, err
+	}
+	prev, err := strconv.ParseUint(resp.Header.Get(prevTermHeader), 10, 64)
+	if err != nil {
+		return nil, 0, fmt.Errorf("GET %s: no %s header", u, prevTermHeader)
 	}
 	br := bufio.NewReaderSize(resp.Body, 256<<10)
 	var out []*raftpb.Entry
 	for {
 		var n [4]byte
 		if _, err := io.ReadFull(br, n[:]); err == io.EOF {
-			return out, nil
+			return out, prev, nil
 		} else if err != nil {
-			return out, err
+			return out, prev, err
 		}
 		size := binary.BigEndian.Uint32(n[:])
 		if size > maxEntriesBytes+1<<20 {
-			return out, fmt.Errorf("entry of %d bytes from peer %d is too large", size, peer)
+			return out, prev, fmt.Errorf("entry of %d bytes from peer %d is too large", size, peer)
 		}
 		b := make([]byte, size)
 		if _, err := io.ReadFull(br, b); err != nil {
-			return out, err
+			return out, prev, err
 		}
 		e := &raftpb.Entry{}
 		if err := proto.Unmarshal(b, e); err != nil {
-			return out, fmt.Errorf("bad entry from peer %d: %w", peer, err)
+			return out, prev, fmt.Errorf("bad entry from peer %d: %w", peer, err)
 		}
 		out = append(out, e)
 	}

@@ -40,7 +40,7 @@ func Run(ctx context.Context, cfg Config, logger *slog.Logger) error {
 
 // Serve opens the Kafka and admin listeners; listener failures go to errc.
 func (s *Server) Serve(errc chan<- error) error {
-	ks, err := kafka.NewServer(kafka.Config{Profile: s.cfg.Profile, ClusterID: s.cfg.ClusterID}, backend{s}, s.log)
+	ks, err := kafka.NewServer(kafka.Config{Profile: s.cfg.Profile, ClusterID: s.cfg.ClusterID}, NewBackend(s.host, catalog{s}), s.log)
 	if err != nil {
 		return err
 	}

@@ -32,6 +32,10 @@ type Server struct {
 	admin     *http.Server
 	adminLn   net.Listener
 
+	// ctx ends when the server closes (snapshot entry copies stop).
+	ctx    context.Context
+	cancel context.CancelFunc
+
 	mu      sync.Mutex
 	streams map[string]*stream // by name
 	byGroup map[uint64]*stream
@@ -53,6 +57,7 @@ func New(cfg Config, logger *slog.Logger) (*Server, error) {
 		logger = slog.Default()
 	}
 	s := &Server{cfg: cfg, log: logger, fs: vfs.OS{}, streams: map[string]*stream{}, byGroup: map[uint64]*stream{}}
+	s.ctx, s.cancel = context.WithCancel(context.Background())
 	peers := map[uint64]string{}
 	for _, p := range cfg.Peers {
 		peers[p.ID] = p.Raft
@@ -78,7 +83,6 @@ func New(cfg Config, logger *slog.Logger) (*Server, error) {
 		TickInterval: time.Duration(cfg.Raft.TickMillis) * time.Millisecond,
 		Sender:       s.transport,
 		Fetch:        s.fetchEntries,
-		Peers:        peerIDs(cfg.Peers),
 		Logger:       logger,
 	})
 	for _, sc := range cfg.Streams {
@@ -153,6 +157,7 @@ func (s *Server) stream(name string) (*stream, bool) {
 // Close stops everything and closes the logs. Pending produces end with an
 // unknown outcome for their clients.
 func (s *Server) Close() error {
+	s.cancel()
 	var errs []error
 	if s.admin != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)

@@ -1,6 +1,8 @@
 package simulator
 
 import (
+	"github.com/vdl-project/vdl/internal/canary"
+
 	"bufio"
 	"os"
 	"strconv"
@@ -72,15 +74,23 @@ func TestRegressionSeeds(t *testing.T) {
 	}
 }
 
+// simCanaries are the canaries the plain batch must catch (serve-corrupt
+// needs BitFlips: TestCanaryServeCorrupt).
+var simCanaries = []canary.Name{canary.AckBeforeFsync, canary.AckBeforeCommit, canary.ReadAboveHWM,
+	canary.ReorderResponses, canary.FollowerServesFetch}
+
 // TestCanaries proves the checks can fail: each deliberately broken variant
 // runs over the CI batch's seeds (from its first one) and must be caught
 // before the batch ends.
 func TestCanaries(t *testing.T) {
+	if !canary.Enabled {
+		t.Skip("canaries need a vdlcanary build: go test -tags vdlcanary -run TestCanaries ./simulator")
+	}
 	limit := ciSeeds
 	if testing.Short() {
 		limit = 60
 	}
-	for _, c := range Canaries {
+	for _, c := range simCanaries {
 		t.Run(string(c), func(t *testing.T) {
 			var caught *Result
 			b := runBatch(t, 1, limit, 0, func(cfg *Config) { cfg.Canary = c }, func(r *Result) bool {

@@ -1,6 +1,8 @@
 package simulator
 
 import (
+	"github.com/vdl-project/vdl/internal/canary"
+
 	"testing"
 )
 
@@ -52,7 +54,7 @@ func TestCanaryServeCorrupt(t *testing.T) {
 	var caught *Result
 	b := runBatch(t, 1, flipSeeds, 0, func(cfg *Config) {
 		cfg.BitFlips = true
-		cfg.Canary = CanaryServeCorrupt
+		cfg.Canary = canary.ServeCorrupt
 	}, func(r *Result) bool {
 		if !r.OK {
 			caught = r
@@ -61,7 +63,7 @@ func TestCanaryServeCorrupt(t *testing.T) {
 		return true
 	})
 	if caught == nil {
-		t.Fatalf("canary %s not caught in %d seeds", CanaryServeCorrupt, b.seeds)
+		t.Fatalf("canary %s not caught in %d seeds", canary.ServeCorrupt, b.seeds)
 	}
-	t.Logf("canary %s caught at seed %d (%d seeds run): %s", CanaryServeCorrupt, caught.Seed, b.seeds, caught.Failures[0])
+	t.Logf("canary %s caught at seed %d (%d seeds run): %s", canary.ServeCorrupt, caught.Seed, b.seeds, caught.Failures[0])
 }

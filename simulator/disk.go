@@ -3,7 +3,6 @@ package simulator
 import (
 	"errors"
 	"fmt"
-	"slices"
 	"time"
 
 	"go.etcd.io/raft/v3/raftpb"
@@ -13,231 +12,46 @@ import (
 	"github.com/vdl-project/vdl/storage"
 )
 
-// The append worker, modelled on raftnode.Host (runAppends, writeBatch,
-// runSyncs) in simulated time:
+// The disk model: how long the storage jobs of the production engine
+// (raftnode.Node's WriteJob, SyncJob and InstallJob) take on a simulated
+// server. What to write and when, and when raft hears an append is
+// durable, is the engine's own decision; the simulator only carries the
+// jobs out on simulated time, over the simulated disk (vfs.Mem), whose
+// fault model (un-synced writes lost at power loss, torn writes, EIO,
+// ENOSPC) is in vfs/mem.go.
 //
-//   - the writer takes everything queued, writes it (20-300 µs), and hands
-//     the batch to the syncer as a sync job;
-//   - the syncer fsyncs each job's logs (the disk's latency) and then
-//     reports the job's appends with AppendDone, job after job, in order;
-//   - the hand-off is the Host's channel of capacity 1: while the syncer
-//     fsyncs job N, job N+1 may wait in the channel and the writer may write
-//     N+2, then waits (holding it) until the channel has room;
-//   - an append that replaces written entries (a conflict truncation) or
-//     installs a snapshot first drains: it hands off what is written so far
-//     with a barrier and waits until that job is durable and reported;
-//   - a snapshot is installed off the writer (the Host's install goroutine):
-//     the copy takes simulated time, the group's later effects queue behind
-//     it in order, other groups go on being written; when the copy is done
-//     the rest of the append (entries, hard state) is written by the writer
-//     and reported with the next sync.
-type diskWorker struct {
-	work []raftnode.Effect // queued for the writer (the Host's workQueue)
+//   - A write job takes 20-300 µs and runs at its end.
+//   - A sync job takes the disk's fsync latency: 0.2-2 ms; 30-400 ms while
+//     the nemesis makes the disk slow; BUGGIFY sites make some fsyncs slow
+//     (20-300 ms) or stall (0.5-2 s).
+//   - A snapshot install attempt starts after 2-20 ms (BUGGIFY: up to
+//     1.5 s more), copies at that instant from the replicas this server
+//     can reach, and reports after a time proportional to what it copied.
 
-	state   writerState
-	rest    []raftnode.Effect // the batch to resume after a drain or hand-off
-	drained bool              // rest[0] has drained already
-	held    syncJob           // written, waiting for room in the hand-off (writerHandOff)
+// simIO is a node as the driver of its raftnode.Node.
+type simIO struct{ n *node }
 
-	jobs []syncJob // handed to the syncer; jobs[0] is being fsynced
+func (d simIO) Send(group uint64, m *raftpb.Message) { d.n.s.sendRaft(d.n, group, m) }
 
-	installing map[uint64][]raftnode.Effect // group -> effects waiting for its install
+func (d simIO) Write(j *raftnode.WriteJob) {
+	n := d.n
+	n.s.w.after(durn(n.diskR, 20*time.Microsecond, 300*time.Microsecond), n, func() {
+		err := j.Run()
+		n.rn.Written(j, err)
+		n.flush()
+	})
 }
 
-type writerState int
-
-const (
-	writerIdle     writerState = iota
-	writerWriting              // a write event is scheduled
-	writerHandOff              // holding a written job until the syncer has room
-	writerDraining             // waiting for a barrier job to be reported
-)
-
-// syncQueue is the capacity of the Host's hand-off channel.
-const syncQueue = 1
-
-// syncJob is a written batch: the logs to fsync, the appends to report
-// after that, and whether the writer waits for it (a drain).
-type syncJob struct {
-	groups  []uint64
-	done    []raftnode.Append
-	barrier bool
+func (d simIO) Sync(j *raftnode.SyncJob) {
+	n := d.n
+	n.s.w.after(n.fsyncLatency(), n, func() {
+		err := j.Run()
+		n.rn.Synced(j, err)
+		n.flush()
+	})
 }
 
-func (j *syncJob) add(a raftnode.Append) {
-	j.done = append(j.done, a)
-	if !slices.Contains(j.groups, a.Group) {
-		j.groups = append(j.groups, a.Group)
-	}
-}
-
-func (j *syncJob) empty() bool { return len(j.groups) == 0 && len(j.done) == 0 && !j.barrier }
-
-// installed is what a finished snapshot copy hands back to the writer (the
-// Host's installed): the append that carried the snapshot, to finish, or
-// the install's error. It embeds the Append only to be an Effect.
-type installed struct {
-	raftnode.Append
-	err error
-}
-
-func newDiskWorker() diskWorker {
-	return diskWorker{installing: map[uint64][]raftnode.Effect{}}
-}
-
-// kick starts the writer if it is idle and there is work.
-func (n *node) kick() {
-	d := &n.disk
-	if d.state != writerIdle || len(d.work) == 0 {
-		return
-	}
-	d.state = writerWriting
-	n.s.w.after(durn(n.diskR, 20*time.Microsecond, 300*time.Microsecond), n, n.write)
-}
-
-// write is one step of the writer: resume the interrupted batch, or take
-// everything queued, and write it.
-func (n *node) write() {
-	d := &n.disk
-	batch, drained := d.rest, d.drained
-	d.rest, d.drained = nil, false
-	if batch == nil {
-		batch, d.work = d.work, nil
-	}
-	n.writeBatch(batch, drained)
-}
-
-// writeBatch writes effects in order (like Host.writeBatch). drained: the
-// first effect already drained (the writer is resuming after its drain).
-func (n *node) writeBatch(batch []raftnode.Effect, drained bool) {
-	d := &n.disk
-	var job syncJob
-	for first := true; len(batch) > 0; first = false {
-		e := batch[0]
-		if g, ok := raftnode.EffectGroup(e); ok {
-			if q, busy := d.installing[g]; busy {
-				d.installing[g] = append(q, e)
-				batch = batch[1:]
-				continue
-			}
-		}
-		switch e := e.(type) {
-		case raftnode.Append:
-			l := n.logs[e.Group]
-			if !(first && drained) && raftnode.Replaces(l, e.Msg) {
-				// Hand off what is written with a barrier; resume at e
-				// once everything before it is durable and reported.
-				job.barrier = true
-				d.rest, d.drained = batch, true
-				n.handOff(job)
-				return
-			}
-			batch = batch[1:]
-			if e.Msg.GetSnapshot().GetMetadata().GetIndex() != 0 {
-				d.installing[e.Group] = []raftnode.Effect{}
-				n.startInstall(e)
-				continue
-			}
-			if err := raftnode.WriteAppend(l, e.Msg); err != nil {
-				n.failStop(fmt.Errorf("group %d: %w", e.Group, err))
-				return
-			}
-			job.add(e)
-		case installed:
-			batch = batch[1:]
-			if e.err != nil {
-				n.failStop(fmt.Errorf("group %d: install snapshot: %w", e.Group, e.err))
-				return
-			}
-			waiting := d.installing[e.Group]
-			delete(d.installing, e.Group)
-			if err := raftnode.WriteAppend(n.logs[e.Group], e.Msg); err != nil {
-				n.failStop(fmt.Errorf("group %d: %w", e.Group, err))
-				return
-			}
-			job.add(e.Append)
-			batch = append(waiting, batch...)
-		case raftnode.SaveConfState:
-			batch = batch[1:]
-			if err := n.logs[e.Group].ApplyConfState(e.Index, e.Conf); err != nil {
-				n.failStop(fmt.Errorf("group %d: save conf state: %w", e.Group, err))
-				return
-			}
-		case raftnode.Retain:
-			batch = batch[1:]
-			if k, err := n.logs[e.Group].DeleteBefore(e.BeforeOffset); err != nil {
-				n.s.w.record("n%d retention g%d failed: %v", n.id, e.Group, err)
-			} else if k > 0 {
-				n.s.w.record("n%d retention g%d before %d deleted %d segments", n.id, e.Group, e.BeforeOffset, k)
-			}
-		case raftnode.Applied:
-			batch = batch[1:]
-			n.logs[e.Group].SetApplied(e.Index)
-		default:
-			batch = batch[1:]
-		}
-	}
-	n.handOff(job)
-}
-
-// handOff gives a written job to the syncer, or holds it while the syncer
-// is busy and its queue is full. A barrier job leaves the writer draining.
-func (n *node) handOff(job syncJob) {
-	d := &n.disk
-	s := n.s
-	if job.empty() || len(job.groups) == 0 && len(job.done) == 0 && len(d.jobs) == 0 {
-		n.writerNext(false) // nothing written, or a drain with nothing to wait for
-		return
-	}
-	if s.cfg.Canary == CanaryAckBeforeFsync {
-		// Broken on purpose: report the appends durable at once and fsync
-		// lazily in the background; a drain has nothing to wait for.
-		for _, a := range job.done {
-			n.core.AppendDone(a.Group, a.Msg)
-		}
-		groups := job.groups
-		s.w.after(durn(n.diskR, 100*time.Millisecond, 500*time.Millisecond), n, func() {
-			for _, g := range groups {
-				if _, err := n.logs[g].Sync(); err != nil {
-					n.failStop(err)
-					return
-				}
-			}
-		})
-		n.writerNext(false)
-		n.route()
-		return
-	}
-	if len(d.jobs) > syncQueue {
-		d.held = job
-		d.state = writerHandOff
-		return
-	}
-	d.jobs = append(d.jobs, job)
-	if len(d.jobs) == 1 {
-		n.startSync()
-	}
-	n.writerNext(job.barrier)
-}
-
-// writerNext moves the writer on after a hand-off: wait for the barrier,
-// resume the interrupted batch, or take new work.
-func (n *node) writerNext(barrier bool) {
-	d := &n.disk
-	switch {
-	case barrier:
-		d.state = writerDraining
-	case d.rest != nil:
-		d.state = writerWriting
-		n.s.w.after(durn(n.diskR, 20*time.Microsecond, 300*time.Microsecond), n, n.write)
-	default:
-		d.state = writerIdle
-		n.kick()
-	}
-}
-
-// startSync fsyncs the first job's logs after the disk's latency.
-func (n *node) startSync() {
+func (n *node) fsyncLatency() time.Duration {
 	s := n.s
 	d := durn(n.diskR, 200*time.Microsecond, 2*time.Millisecond)
 	switch {
@@ -250,118 +64,109 @@ func (n *node) startSync() {
 		d = durn(n.diskR, 20*time.Millisecond, 300*time.Millisecond)
 		s.w.faults["buggify-slow-fsync"]++
 	}
-	s.w.after(d, n, n.synced)
+	return d
 }
 
-// synced is the end of the first job's fsync: sync its logs, report its
-// appends, start the next job, and let a waiting writer go on.
-func (n *node) synced() {
-	d := &n.disk
-	job := d.jobs[0]
-	for _, g := range job.groups {
-		synced, err := n.logs[g].Sync()
-		if err != nil {
-			n.failStop(fmt.Errorf("group %d: sync: %w", g, err))
-			return
-		}
-		if n.s.cfg.Canary == CanaryAckBeforeCommit {
-			n.ackEarly(g, synced.LastIndex)
-		}
-	}
-	for _, a := range job.done {
-		n.core.AppendDone(a.Group, a.Msg)
-	}
-	d.jobs = d.jobs[1:]
-	if d.state == writerHandOff {
-		held := d.held
-		d.held = syncJob{}
-		d.jobs = append(d.jobs, held)
-		n.writerNext(held.barrier)
-	} else if job.barrier && d.state == writerDraining {
-		n.writerNext(false)
-	}
-	if len(d.jobs) > 0 {
-		n.startSync()
-	}
-	n.route()
-}
-
-// startInstall copies a snapshot's entries off the writer. The copy takes
-// a few ms to a few hundred (BUGGIFY: up to seconds); then the log is
-// installed and the append goes back to the writer.
-func (n *node) startInstall(a raftnode.Append) {
+func (d simIO) Install(j *raftnode.InstallJob) {
+	n := d.n
 	s := n.s
-	d := durn(n.diskR, 2*time.Millisecond, 20*time.Millisecond)
+	start := durn(n.diskR, 2*time.Millisecond, 20*time.Millisecond)
 	if s.w.bug.fire(n.diskR, "disk.slow-snapshot-copy", 0.3) {
-		d += durn(n.diskR, 200*time.Millisecond, 1500*time.Millisecond)
-		s.w.fault("buggify-slow-snapshot-copy", "n%d snapshot copy of g%d starts after %v", n.id, a.Group, d)
+		start += durn(n.diskR, 200*time.Millisecond, 1500*time.Millisecond)
+		s.w.fault("buggify-slow-snapshot-copy", "n%d snapshot copy of g%d starts after %v", n.id, j.Group, start)
 	}
-	s.w.after(d, n, func() { n.install(a, 50*time.Millisecond) })
-}
-
-// install installs the snapshot, copying its entries from a replica now.
-// When no replica can serve them the process stops (a crash part way is a
-// state the storage engine must handle anyway) and restarts later; with
-// Config.SnapshotRetry it retries with backoff instead, as
-// Host.snapshotSource does, the log staying reset meanwhile. Otherwise the
-// writing of the copied entries takes time proportional to their number.
-func (n *node) install(a raftnode.Append, backoff time.Duration) {
-	s := n.s
-	copied := 0
-	err := n.logs[a.Group].InstallSnapshot(a.Msg.GetSnapshot(), n.snapshotSource(a, &copied))
-	if errors.Is(err, errNoSource) && !s.cfg.SnapshotRetry {
-		// The simulator's default: stop (a restart gets a fresh snapshot).
-		n.failStop(fmt.Errorf("group %d: install snapshot: %w", a.Group, err))
-		return
-	}
-	if errors.Is(err, errNoSource) {
-		s.w.record("n%d snapshot copy of g%d failed (%v); retrying in %v", n.id, a.Group, err, backoff)
-		s.w.after(backoff, n, func() { n.install(a, min(2*backoff, 2*time.Second)) })
-		return
-	}
-	per := durn(n.diskR, 2*time.Microsecond, 50*time.Microsecond)
-	s.w.after(min(time.Duration(copied)*per, 300*time.Millisecond), n, func() {
-		n.disk.work = append(n.disk.work, installed{Append: a, err: err})
-		n.kick()
+	s.w.after(start, n, func() {
+		err := j.Run(n.fetchEntries)
+		switch {
+		case errors.Is(err, raftnode.ErrSnapshotGone):
+			s.w.faults["snapshot-gone-everywhere"]++
+		case err != nil:
+			s.w.faults["snapshot-copy-retried"]++
+		}
+		if err != nil {
+			s.w.record("n%d snapshot install of g%d from %v (attempt %d): %v", n.id, j.Group, j.Sources, j.Attempt, err)
+		}
+		per := durn(n.diskR, 2*time.Microsecond, 50*time.Microsecond)
+		s.w.after(min(time.Duration(j.Copied)*per, 300*time.Millisecond), n, func() {
+			n.rn.Installed(j, err)
+			n.flush()
+		})
 	})
 }
 
-var errNoSource = errors.New("no replica can serve the snapshot's entries")
-
-// snapshotSource copies a snapshot's entries from its sender, falling back
-// to the other replicas this node can reach (as Host.snapshotSource does).
-// copied counts the entries.
-func (n *node) snapshotSource(a raftnode.Append, copied *int) storage.EntrySource {
-	return func(from, to uint64) ([]*raftpb.Entry, error) {
-		s := n.s
-		peers := []uint64{a.Leader}
-		for _, p := range s.nodes {
-			peers = append(peers, p.id)
-		}
-		for _, id := range peers {
-			p := s.node(id)
-			if p == nil || p == n || p.down || p.paused || s.cut[[2]uint64{p.id, n.id}] > 0 {
-				continue
-			}
-			ents, err := p.logs[a.Group].Entries(from, to+1, 1<<20)
-			if err != nil && errors.Is(err, storage.ErrCorrupt) {
-				s.w.after(0, nil, func() {
-					if !p.down {
-						s.detect(p, "snapshot-source", err)
-					}
-				})
-			}
-			if err == nil && len(ents) > 0 && ents[0].GetIndex() == from {
-				out := make([]*raftpb.Entry, len(ents))
-				for i, e := range ents {
-					out[i] = proto.Clone(e).(*raftpb.Entry)
-				}
-				*copied += len(out)
-				s.w.record("n%d copies snapshot entries [%d,%d] of g%d from n%d", n.id, from, ents[len(ents)-1].GetIndex(), a.Group, p.id)
-				return out, nil
-			}
-		}
-		s.w.faults["snapshot-copy-failed"]++
-		return nil, fmt.Errorf("%w: [%d,%d] of group %d", errNoSource, from, to, a.Group)
+// fetchEntries copies committed entries from a replica this node can
+// reach, as the production server does over HTTP (raftnode.EntryFetcher).
+func (n *node) fetchEntries(group, peer, from, to uint64) ([]*raftpb.Entry, uint64, error) {
+	s := n.s
+	p := s.node(peer)
+	switch {
+	case p == nil || p.down || p.paused:
+		return nil, 0, fmt.Errorf("n%d is down", peer)
+	case s.cut[[2]uint64{p.id, n.id}] > 0 || s.cut[[2]uint64{n.id, p.id}] > 0:
+		return nil, 0, fmt.Errorf("n%d is cut off", peer)
 	}
+	ents, prev, err := p.logs[group].CommittedEntries(from, to, 1<<20)
+	if err != nil {
+		if errors.Is(err, storage.ErrCorrupt) {
+			s.w.after(0, nil, func() {
+				if !p.down {
+					s.detect(p, "snapshot-source", err)
+				}
+			})
+		}
+		return nil, 0, err
+	}
+	out := make([]*raftpb.Entry, len(ents))
+	for i, e := range ents {
+		out[i] = proto.Clone(e).(*raftpb.Entry)
+	}
+	s.w.record("n%d copies snapshot entries [%d,%d] of g%d from n%d", n.id, from, ents[len(ents)-1].GetIndex(), group, p.id)
+	return out, prev, nil
+}
+
+func (d simIO) Complete(c raftnode.Complete) {
+	if f := d.n.futures[c.ID]; f != nil {
+		delete(d.n.futures, c.ID)
+		f(raftnode.Result{Index: c.Index, BaseOffset: c.BaseOffset, NextOffset: c.NextOffset}, c.Err)
+	}
+}
+
+func (d simIO) Publish(group uint64, v raftnode.View) {
+	n := d.n
+	s := n.s
+	g := n.grp[group]
+	if g == nil {
+		return
+	}
+	if v.HighWatermark < g.HighWatermark && v.AppliedTerm == g.AppliedTerm && v.Term != 0 {
+		s.failf("n%d group %d: high watermark went back from %d to %d", n.id, group, g.HighWatermark, v.HighWatermark)
+	}
+	wake := g.View.Wakes(v)
+	g.View = v
+	if wake {
+		g.bump()
+	}
+}
+
+// Stopped is the production fail-stop: the process ends (a supervisor
+// restarts it later), or stays down for good if it found corruption.
+func (d simIO) Stopped(err error) {
+	n := d.n
+	s := n.s
+	if errors.Is(err, storage.ErrCorrupt) {
+		s.w.after(0, nil, func() {
+			if !n.down {
+				s.detect(n, n.detectedBy, err)
+			}
+		})
+		return
+	}
+	s.w.fault("node-failstop", "n%d stopped: %v", n.id, err)
+	s.w.after(0, nil, func() {
+		if n.down {
+			return
+		}
+		n.stop(false)
+		s.w.after(durn(s.nemR, 300*time.Millisecond, 2*time.Second), nil, func() { s.restart(n) })
+	})
 }

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"log/slog"
 	"math/rand/v2"
 	"path"
 	"slices"
@@ -14,98 +15,50 @@ import (
 
 	"github.com/vdl-project/vdl/kafka"
 	"github.com/vdl-project/vdl/raftnode"
+	"github.com/vdl-project/vdl/server"
 	"github.com/vdl-project/vdl/storage"
 	"github.com/vdl-project/vdl/vfs"
 )
 
-// node is one simulated server process: its core, logs, disk worker and
-// Kafka connections. The disk (fs) outlives the process.
+// node is one simulated server process: the production replication engine
+// (raftnode.Node) over its logs on the simulated disk, the production
+// Kafka backend (server.Backend) and its connections. The disk (fs)
+// outlives the process.
 type node struct {
 	s      *Sim
 	id     uint64
 	dc     int
 	fs     *vfs.Mem
-	core   *raftnode.Core
+	rn     *raftnode.Node
 	logs   map[uint64]*storage.Log
 	down   bool
 	paused bool
 	inc    int      // incarnation: bumped at every crash and restart
 	held   []*event // events that arrived while paused
 
-	disk     diskWorker // the append worker (disk.go)
-	slowTill int64      // fsyncs are slow until then (nemesis)
+	slowTill int64 // fsyncs are slow until then (nemesis)
 
 	grp     map[uint64]*gview
-	futures map[raftnode.ProposalID]func(int64, error)
-	reads   map[raftnode.ProposalID]func(uint64, error) // ReadIndex requests
-	// Canary ack-before-commit: produces acknowledged once the entry at
-	// index is locally durable, by group.
-	early      map[uint64]map[uint64]func(int64, error)
-	lastAppend map[uint64]uint64
-	conns      []*sconn
-	woke       bool
-	pendingFx  []raftnode.Effect // effects taken for inspection, not yet routed
+	futures map[raftnode.ProposalID]func(raftnode.Result, error)
+	backend *server.Backend
+	conns   []*sconn
 
 	diskR  *rand.Rand
 	crashR *rand.Rand
 
 	// BitFlips: victim nodes may be corrupted (at most a minority);
 	// corrupted once a flip or misdirected write was injected; quarantined
-	// once the node detected corruption and stopped for good.
+	// once the node detected corruption and stopped for good. detectedBy
+	// says where the next corruption the engine reports was found.
 	victim, corrupted, quarantined bool
+	detectedBy                     string
 }
 
-// gview is what the process knows about one group (like Host.status).
+// gview is a group's view as the process published it, with the channel
+// its connections wait on (as the Host keeps it).
 type gview struct {
-	leader, term uint64
-	role         string
-	hwm          int64
-	applied      uint64
-	appliedTerm  uint64
-	changed      chan struct{}
-	fences       []waitingFence // read index known, not yet applied
-}
-
-type waitingFence struct {
-	index uint64
-	f     *simFence
-}
-
-// simFence is the simulator's kafka.ReadFence: a ReadIndex round through
-// the node's core, passed once the read index is applied (like the Host's).
-type simFence struct {
-	done chan struct{}
-	err  error
-}
-
-func (f *simFence) Done() <-chan struct{} { return f.done }
-func (f *simFence) Err() error            { return f.err }
-
-// fence starts a leadership confirmation for a read of group.
-func (n *node) fence(group uint64) *simFence {
-	f := &simFence{done: make(chan struct{})}
-	n.s.nextProp++
-	id := n.s.nextProp
-	n.reads[id] = func(index uint64, err error) {
-		g := n.grp[group]
-		switch {
-		case err != nil:
-			f.err = err
-			close(f.done)
-		case g != nil && g.applied >= index:
-			close(f.done)
-		case g != nil:
-			g.fences = append(g.fences, waitingFence{index: index, f: f})
-			return
-		default:
-			f.err = kafka.ErrNotLeader
-			close(f.done)
-		}
-		n.woke = true
-	}
-	n.core.ReadIndex(group, id)
-	n.route()
-	return f
+	raftnode.View
+	changed chan struct{}
 }
 
 func (g *gview) bump() {
@@ -121,8 +74,11 @@ func (n *node) openLog(group uint64) (*storage.Log, error) {
 		Dir:         path.Join(n.dir(), fmt.Sprintf("g%d", group)),
 		Stream:      group,
 		SegmentSize: n.s.segmentSize,
+		Logger:      discard,
 	})
 }
+
+var discard = slog.New(slog.DiscardHandler)
 
 // bootstrap creates the node's data directory and bootstraps every group.
 func (n *node) bootstrap(voters []uint64) error {
@@ -147,21 +103,23 @@ func (n *node) bootstrap(voters []uint64) error {
 	return nil
 }
 
-// start runs the process: open the logs, build a core, start ticking.
+// start runs the process: open the logs, start the engine, start ticking.
 func (n *node) start() error {
 	s := n.s
 	n.inc++
 	n.down, n.paused, n.held = false, false, nil
-	n.disk = newDiskWorker()
-	n.futures = map[raftnode.ProposalID]func(int64, error){}
-	n.reads = map[raftnode.ProposalID]func(uint64, error){}
-	n.early = map[uint64]map[uint64]func(int64, error){}
-	n.lastAppend = map[uint64]uint64{}
+	n.futures = map[raftnode.ProposalID]func(raftnode.Result, error){}
 	n.grp = map[uint64]*gview{}
 	n.logs = map[uint64]*storage.Log{}
+	n.detectedBy = "engine"
 	cc := s.coreCfg
 	cc.ID = n.id
-	n.core = raftnode.NewCore(cc)
+	cfg := raftnode.NodeConfig{Core: cc, Logger: s.logger(n)}
+	if s.traceEffects {
+		cfg.OnEffect = func(e raftnode.Effect) { s.w.record("n%d %s", n.id, raftnode.Describe(e)) }
+	}
+	n.rn = raftnode.NewNode(cfg, simIO{n})
+	n.backend = server.NewBackend(simReplication{n}, simCatalog{n})
 	for _, g := range s.groups {
 		l, err := n.openLog(g)
 		if err != nil {
@@ -169,20 +127,30 @@ func (n *node) start() error {
 		}
 		n.logs[g] = l
 		n.grp[g] = &gview{changed: make(chan struct{})}
-		if err := n.core.AddGroup(g, l); err != nil {
+		if err := n.rn.AddGroup(g, l); err != nil {
 			return fmt.Errorf("node %d group %d: %w", n.id, g, err)
 		}
 	}
-	n.route()
+	n.flush()
 	phase := time.Duration(n.diskR.Int64N(int64(s.tick)))
 	s.w.after(phase, n, n.tickLoop)
 	return nil
 }
 
 func (n *node) tickLoop() {
-	n.core.Tick()
-	n.route()
+	n.rn.Tick()
+	n.flush()
 	n.s.w.after(n.s.tick, n, n.tickLoop)
+}
+
+// flush carries out the engine's effects, then wakes the connections whose
+// wait ended (a view change, a read fence finished), as the production
+// connection goroutines wake on their channels.
+func (n *node) flush() {
+	n.rn.Flush()
+	for _, sc := range slices.Clone(n.conns) {
+		sc.wake()
+	}
 }
 
 // stop ends the process. powerLoss also loses un-synced disk writes.
@@ -195,9 +163,8 @@ func (n *node) stop(powerLoss bool) {
 	}
 	n.down = true
 	n.inc++
-	n.core, n.logs, n.held = nil, nil, nil
-	n.futures, n.reads, n.early, n.pendingFx = nil, nil, nil, nil
-	n.disk, n.paused = diskWorker{}, false
+	n.rn, n.logs, n.held, n.futures, n.backend = nil, nil, nil, nil, nil
+	n.paused = false
 	conns := n.conns
 	n.conns = nil
 	for _, sc := range conns {
@@ -205,164 +172,108 @@ func (n *node) stop(powerLoss bool) {
 	}
 }
 
-// failStop is what production does when storage fails: stop the process so
-// nothing un-durable is acknowledged. The simulator restarts it later.
-func (n *node) failStop(err error) {
-	s := n.s
-	if errors.Is(err, storage.ErrCorrupt) {
-		s.detect(n, "write", err)
-		return
-	}
-	s.w.fault("node-failstop", "n%d storage failed: %v", n.id, err)
-	n.stop(false)
-	s.w.after(durn(s.nemR, 300*time.Millisecond, 2*time.Second), nil, func() {
-		n.fs.SetFaults(vfs.Faults{})
-		n.fs.SetCapacity(0)
-		s.restart(n)
-	})
-}
-
-// route carries out the core's effects.
-func (n *node) route() {
-	s := n.s
-	fx := append(n.pendingFx, n.core.TakeEffects()...)
-	n.pendingFx = nil
-	for _, e := range fx {
-		if s.traceEffects {
-			s.w.record("n%d %s", n.id, raftnode.Describe(e))
-		}
-		switch e := e.(type) {
-		case raftnode.Send:
-			s.sendRaft(n, e.Group, e.Msg)
-		case raftnode.Append:
-			if ents := e.Msg.GetEntries(); len(ents) > 0 {
-				n.lastAppend[e.Group] = ents[len(ents)-1].GetIndex()
-			}
-			n.disk.work = append(n.disk.work, e)
-		case raftnode.SaveConfState, raftnode.Retain:
-			n.disk.work = append(n.disk.work, e)
-		case raftnode.Applied:
-			n.disk.work = append(n.disk.work, e)
-			if g := n.grp[e.Group]; g != nil {
-				g.applied = e.Index
-				kept := g.fences[:0]
-				for _, w := range g.fences {
-					if w.index <= e.Index {
-						close(w.f.done)
-						n.woke = true
-					} else {
-						kept = append(kept, w)
-					}
-				}
-				g.fences = kept
-			}
-			if g := n.grp[e.Group]; g != nil && (g.hwm != e.HighWatermark || g.appliedTerm != e.Term) {
-				if e.HighWatermark < g.hwm && e.Term == g.appliedTerm {
-					s.failf("n%d group %d: high watermark went back from %d to %d", n.id, e.Group, g.hwm, e.HighWatermark)
-				}
-				g.hwm, g.appliedTerm = e.HighWatermark, e.Term
-				g.bump()
-				n.woke = true
-			}
-		case raftnode.Complete:
-			if f := n.reads[e.ID]; f != nil {
-				delete(n.reads, e.ID)
-				f(e.Index, e.Err)
-				continue
-			}
-			if f := n.futures[e.ID]; f != nil {
-				delete(n.futures, e.ID)
-				f(e.BaseOffset, e.Err)
-			}
-		case raftnode.LeaderChanged:
-			if e.Role == "StateLeader" && e.Term > s.leaderTerm[e.Group] {
-				s.leaderTerm[e.Group] = e.Term
-			}
-			if g := n.grp[e.Group]; g != nil {
-				g.leader, g.term, g.role = e.Leader, e.Term, e.Role
-				g.bump()
-				n.woke = true
-			}
-		}
-	}
-	n.kick()
-	if n.woke {
-		n.woke = false
-		for _, sc := range slices.Clone(n.conns) {
-			sc.wake()
-		}
-	}
-}
-
-// ackEarly (canary) acknowledges produces whose entry is locally durable,
-// without waiting for the commit.
-func (n *node) ackEarly(g uint64, last uint64) {
-	m := n.early[g]
-	for _, idx := range sortedKeys(m) {
-		if idx > last {
-			break
-		}
-		done := m[idx]
-		delete(m, idx)
-		if base, _, err := n.logs[g].EntryOffsets(idx); err == nil {
-			done(base, nil)
-		}
-	}
-}
-
 // propose submits data in group on this node; done gets the outcome.
-func (n *node) propose(group uint64, data []byte, done func(int64, error)) {
+func (n *node) propose(group uint64, data []byte, done func(raftnode.Result, error)) {
 	s := n.s
 	s.nextProp++
 	id := s.nextProp
-	once := false
-	f := func(base int64, err error) {
-		if once {
-			return
-		}
-		once = true
-		done(base, err)
-	}
-	n.futures[id] = f
-	n.core.Propose(group, id, data)
-	if s.cfg.Canary == CanaryAckBeforeCommit && n.futures[id] != nil {
-		// The entry the proposal became is the last one of the append the
-		// core just emitted.
-		var idx uint64
-		for _, e := range n.core.TakeEffects() {
-			if a, ok := e.(raftnode.Append); ok && a.Group == group {
-				if ents := a.Msg.GetEntries(); len(ents) > 0 {
-					idx = ents[len(ents)-1].GetIndex()
-				}
-			}
-			n.requeue(e)
-		}
-		if idx != 0 {
-			if n.early[group] == nil {
-				n.early[group] = map[uint64]func(int64, error){}
-			}
-			n.early[group][idx] = f
-		}
-	}
-	n.route()
+	n.futures[id] = done
+	n.rn.Propose(group, id, data)
+	n.flush()
 }
-
-// requeue puts an effect taken for inspection back for route. The core has
-// no API for that, so route's work is done here for the one effect.
-func (n *node) requeue(e raftnode.Effect) { n.pendingFx = append(n.pendingFx, e) }
 
 func (n *node) proposeConfChange(group uint64, cc *raftpb.ConfChangeV2, done func(error)) {
 	n.s.nextProp++
 	id := n.s.nextProp
-	n.futures[id] = func(_ int64, err error) { done(err) }
-	n.core.ProposeConfChange(group, id, cc)
-	n.route()
+	n.futures[id] = func(_ raftnode.Result, err error) { done(err) }
+	n.rn.ProposeConfChange(group, id, cc)
+	n.flush()
 }
 
 // readable: this process leads the group and applied an entry of its term.
 func (n *node) readable(group uint64) bool {
 	g := n.grp[group]
-	return g != nil && g.leader == n.id && g.appliedTerm == g.term && g.term != 0
+	return g != nil && g.Readable(n.id)
+}
+
+// simReplication is the node's engine as the production backend sees it
+// (the Host's part of server.Replication).
+type simReplication struct{ n *node }
+
+func (r simReplication) ID() uint64 { return r.n.id }
+
+func (r simReplication) View(group uint64) (raftnode.View, bool) {
+	g := r.n.grp[group]
+	if g == nil {
+		return raftnode.View{}, false
+	}
+	return g.View, true
+}
+
+func (r simReplication) HighWatermark(group uint64) (int64, <-chan struct{}, bool) {
+	g := r.n.grp[group]
+	if g == nil {
+		return 0, nil, false
+	}
+	return g.HighWatermark, g.changed, true
+}
+
+func (r simReplication) Status(group uint64) (raftnode.GroupStatus, bool) {
+	return r.n.rn.Status(group)
+}
+
+func (r simReplication) ProposeFunc(group uint64, data []byte, done func(raftnode.Result, error)) error {
+	r.n.propose(group, data, done)
+	return nil
+}
+
+func (r simReplication) Fence(group uint64) *raftnode.Fence {
+	f := raftnode.NewFence()
+	r.n.rn.Fence(group, f)
+	r.n.flush()
+	return f
+}
+
+// FailStop: a read found corruption. The process stops after this
+// request's turn, as the production host does on its loop.
+func (r simReplication) FailStop(err error) {
+	n := r.n
+	inc := n.inc
+	n.s.w.after(0, nil, func() {
+		if n.inc == inc && !n.down {
+			n.detectedBy = "read"
+			n.rn.FailStop(err)
+			n.flush()
+		}
+	})
+}
+
+// simCatalog is the simulated cluster's streams and brokers: every stream
+// on every node.
+type simCatalog struct{ n *node }
+
+func (c simCatalog) Brokers() []kafka.Broker {
+	var out []kafka.Broker
+	for _, n := range c.n.s.nodes {
+		out = append(out, kafka.Broker{NodeID: int32(n.id), Host: fmt.Sprintf("n%d", n.id), Port: 9092, Rack: new(fmt.Sprintf("dc%d", n.dc))})
+	}
+	return out
+}
+
+func (c simCatalog) Streams() []string { return c.n.s.streams }
+
+func (c simCatalog) Stream(name string) (server.StreamRef, bool) {
+	s := c.n.s
+	i := slices.Index(s.streams, name)
+	if i < 0 {
+		return server.StreamRef{}, false
+	}
+	var ids []uint64
+	for _, n := range s.nodes {
+		ids = append(ids, n.id)
+	}
+	g := s.groups[i]
+	return server.StreamRef{Group: g, Replicas: ids, Log: c.n.logs[g]}, true
 }
 
 // memUsed is the total size of the files under dir.
@@ -389,5 +300,3 @@ func memUsed(m *vfs.Mem, dir string) int64 {
 
 // cloneMsg copies a raft message: peers never share memory.
 func cloneMsg(m *raftpb.Message) *raftpb.Message { return proto.Clone(m).(*raftpb.Message) }
-
-var _ kafka.Backend = (*backend)(nil)

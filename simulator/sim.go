@@ -14,32 +14,16 @@ import (
 	"go.etcd.io/raft/v3/raftpb"
 
 	"github.com/vdl-project/vdl/checker"
+	"github.com/vdl-project/vdl/internal/canary"
 	"github.com/vdl-project/vdl/kafka"
 	"github.com/vdl-project/vdl/raftnode"
 	"github.com/vdl-project/vdl/storage"
 	"github.com/vdl-project/vdl/vfs"
 )
 
-// Canary selects a deliberately broken variant that the checks must catch.
-// Canaries live only in the simulator's drivers: production code is
-// untouched.
-type Canary string
-
-// Canaries.
-const (
-	CanaryNone             Canary = ""
-	CanaryAckBeforeFsync   Canary = "ack-before-fsync"  // AppendDone before the fsync
-	CanaryAckBeforeCommit  Canary = "ack-before-commit" // produce acked once locally durable
-	CanaryReadAboveHWM     Canary = "read-above-hwm"    // fetches see uncommitted records
-	CanaryReorderResponses Canary = "reorder-responses" // one connection's responses swapped
-	// CanaryServeCorrupt: a corrupted node's reads return the data with a
-	// bit flipped, as a store that does not verify checksums on read would
-	// serve a bit rotted on the medium. Only meaningful with BitFlips.
-	CanaryServeCorrupt Canary = "serve-corrupt"
-)
-
-// Canaries lists every canary.
-var Canaries = []Canary{CanaryAckBeforeFsync, CanaryAckBeforeCommit, CanaryReadAboveHWM, CanaryReorderResponses}
+// A canary is a deliberately broken variant of the production code that
+// the checks must catch (internal/canary): a branch in the production code
+// that only a build with the vdlcanary tag can switch on.
 
 // Config describes one simulated run. Zero values take the defaults; the
 // cluster shape and the fault personality are drawn from the seed.
@@ -51,19 +35,12 @@ type Config struct {
 	Clients  int           // clients per stream, default 3
 	Safety   time.Duration // simulated length of the safety phase, default 12s
 	Liveness time.Duration // bound on recovery after healing, default 20s
-	Canary   Canary
+	Canary   canary.Name   // needs a vdlcanary build
 	// BitFlips switches the corruption faults on (opt-in): bit flips in
 	// segment files and misdirected writes, on a minority of nodes chosen
 	// from the seed. A node that detects corruption stops for good and the
 	// rest of the cluster must stay safe and live.
 	BitFlips bool
-	// SnapshotRetry models the production host exactly when a snapshot's
-	// entries cannot be copied: retry with backoff (50 ms doubling to 2 s)
-	// forever. Off, the process stops and restarts instead. Off by default
-	// because of an open production bug it exposes (docs/simulation.md: a
-	// snapshot whose entries retention deleted on every replica is retried
-	// forever; seed 42).
-	SnapshotRetry bool
 	// NoBuggify switches every BUGGIFY site off.
 	NoBuggify bool
 	// Weights override the nemesis weights by fault kind (0 disables).
@@ -81,7 +58,7 @@ type Result struct {
 	Seed      uint64
 	Nodes     int
 	DCs       int
-	Canary    Canary
+	Canary    canary.Name
 	OK        bool
 	Failures  []string
 	TraceHash string
@@ -92,10 +69,6 @@ type Result struct {
 	Faults    map[string]int
 	Buggify   []string
 	Check     *checker.Result
-	// StaleServes counts reads of the high watermark by a leader after a
-	// newer term had a leader. They are legal when the read's fence passed
-	// before the deposition; the checker says whether any was stale.
-	StaleServes int
 	// Detections counts the corruption a node detected (BitFlips), by
 	// where: "open" (storage.Open returned ErrCorrupt), "panic" (raft
 	// panicked on a storage read error wrapping ErrCorrupt), "read" (a
@@ -124,7 +97,6 @@ type Sim struct {
 	clog      map[[2]uint64]time.Duration
 
 	nextProp     raftnode.ProposalID
-	reordered    bool
 	rec          *checker.Recorder
 	clients      []*client
 	nextConn     int
@@ -135,9 +107,7 @@ type Sim struct {
 	progress     map[string]bool
 	demoted      map[uint64]uint64 // group -> learner the nemesis demoted
 	traceEffects bool
-	leaderTerm   map[uint64]uint64 // highest term any node led each group in
-	staleServes  int               // reads served by a deposed leader
-	corruptR     *rand.Rand        // BitFlips: victims and positions
+	corruptR     *rand.Rand // BitFlips: victims and positions
 	detections   map[string]int
 }
 
@@ -182,7 +152,7 @@ func newSim(cfg Config) (*Sim, error) {
 		cfg: cfg, w: w, tick: 10 * time.Millisecond,
 		netR: w.stream("network"), nemR: w.stream("nemesis"), wlR: w.stream("workload"),
 		cut: map[[2]uint64]int{}, clientCut: map[uint64]int{}, clog: map[[2]uint64]time.Duration{},
-		progress: map[string]bool{}, demoted: map[uint64]uint64{}, leaderTerm: map[uint64]uint64{},
+		progress: map[string]bool{}, demoted: map[uint64]uint64{},
 		traceEffects: cfg.TraceEffects, detections: map[string]int{},
 	}
 	s.rec = checker.NewRecorder(func() int64 { return s.w.now })
@@ -308,14 +278,14 @@ func (s *Sim) sendRaft(from *node, group uint64, m *raftpb.Message) {
 	delivered := false
 	if snap {
 		s.w.after(s.linkLatency(from, to)*2+time.Millisecond, from, func() {
-			from.core.ReportSnapshot(group, to.id, delivered)
-			from.route()
+			from.rn.ReportSnapshot(group, to.id, delivered)
+			from.flush()
 		})
 	}
 	if s.cut[[2]uint64{from.id, to.id}] > 0 || to.down {
 		s.w.after(s.linkLatency(from, to), from, func() {
-			from.core.ReportUnreachable(group, to.id)
-			from.route()
+			from.rn.ReportUnreachable(group, to.id)
+			from.flush()
 		})
 		return
 	}
@@ -332,8 +302,8 @@ func (s *Sim) sendRaft(from *node, group uint64, m *raftpb.Message) {
 		msg := cloneMsg(m)
 		s.w.after(s.linkLatency(from, to), to, func() {
 			delivered = true
-			to.core.Step(group, msg)
-			to.route()
+			to.rn.Step(group, msg)
+			to.flush()
 		})
 	}
 }
@@ -583,8 +553,8 @@ func (s *Sim) inject(kind string) {
 		}
 		s.w.fault(kind, "g%d n%d -> n%d", g, l.id, to.id)
 		s.w.runIn(l, func() {
-			l.core.TransferLeader(g, to.id)
-			l.route()
+			l.rn.TransferLeader(g, to.id)
+			l.flush()
 		})
 	case "membership":
 		g := s.groups[r.IntN(len(s.groups))]
@@ -597,7 +567,7 @@ func (s *Sim) inject(kind string) {
 			s.changeMember(l, g, lr, raftpb.ConfChangeAddNode)
 			return
 		}
-		st, _ := l.core.Status(g)
+		st, _ := l.rn.Status(g)
 		if len(st.Learners) > 0 || len(st.Voters) < 3 {
 			return
 		}
@@ -647,12 +617,12 @@ func (s *Sim) inject(kind string) {
 		}
 		g := s.groups[1] // only the second stream: the first keeps a complete final read
 		l := s.leader(g)
-		if l == nil || l.grp[g].hwm == 0 {
+		if l == nil || l.grp[g].HighWatermark == 0 {
 			return
 		}
-		before := l.grp[g].hwm * 3 / 4
+		before := l.grp[g].HighWatermark * 3 / 4
 		s.w.fault(kind, "g%d delete before %d", g, before)
-		s.w.runIn(l, func() { l.propose(g, raftnode.RetainData(before), func(int64, error) {}) })
+		s.w.runIn(l, func() { l.propose(g, raftnode.RetainData(before), func(raftnode.Result, error) {}) })
 	}
 }
 
@@ -696,8 +666,8 @@ func (s *Sim) leader(g uint64) *node {
 		if n.down || n.paused {
 			continue
 		}
-		if v := n.grp[g]; v.leader == n.id && v.role == "StateLeader" && v.term >= term {
-			best, term = n, v.term
+		if v := n.grp[g]; v.Leader == n.id && v.Role == "StateLeader" && v.Term >= term {
+			best, term = n, v.Term
 		}
 	}
 	return best
@@ -748,6 +718,10 @@ func Run(cfg Config) (res *Result) {
 		}
 		res.Wall = time.Since(start)
 	}()
+	if cfg.Canary != canary.None {
+		canary.Set(cfg.Canary)
+		defer canary.Set(canary.None)
+	}
 	s, err := newSim(cfg)
 	if err != nil {
 		res.Failures = append(res.Failures, "setup: "+err.Error())
@@ -858,7 +832,6 @@ func (s *Sim) run(res *Result) {
 	}
 	res.Failures = s.failures
 	res.OK = len(s.failures) == 0
-	res.StaleServes = s.staleServes
 	res.Detections = s.detections
 	w.record("END ok=%v ops=%d", res.OK, res.Ops)
 }
@@ -888,7 +861,7 @@ func (s *Sim) repairMembership() {
 		if l == nil {
 			continue
 		}
-		st, _ := l.core.Status(g)
+		st, _ := l.rn.Status(g)
 		for _, id := range st.Learners {
 			s.changeMember(l, g, id, raftpb.ConfChangeAddNode)
 			break
@@ -906,7 +879,7 @@ func (s *Sim) divergence() string {
 		if l == nil || !l.readable(g) {
 			return fmt.Sprintf("group %d has no readable leader", g)
 		}
-		st, _ := l.core.Status(g)
+		st, _ := l.rn.Status(g)
 		if len(st.Learners) > 0 {
 			return fmt.Sprintf("group %d still has learners %v", g, st.Learners)
 		}
@@ -917,8 +890,8 @@ func (s *Sim) divergence() string {
 			if n.down {
 				return fmt.Sprintf("n%d is down", n.id)
 			}
-			if n.grp[g].hwm != l.grp[g].hwm {
-				return fmt.Sprintf("group %d: n%d hwm %d, leader n%d hwm %d", g, n.id, n.grp[g].hwm, l.id, l.grp[g].hwm)
+			if n.grp[g].HighWatermark != l.grp[g].HighWatermark {
+				return fmt.Sprintf("group %d: n%d hwm %d, leader n%d hwm %d", g, n.id, n.grp[g].HighWatermark, l.id, l.grp[g].HighWatermark)
 			}
 		}
 	}
@@ -937,7 +910,7 @@ func (s *Sim) replicas() map[string]map[string][]checker.ReplicaRecord {
 			}
 			l := n.logs[g]
 			var recs []checker.ReplicaRecord
-			off, hwm := l.StartOffset(), n.grp[g].hwm
+			off, hwm := l.StartOffset(), n.grp[g].HighWatermark
 			for off < hwm {
 				bs, err := l.Read(off, hwm, math.MaxInt32)
 				if err != nil && errors.Is(err, storage.ErrCorrupt) && n.corrupted {

@@ -7,13 +7,16 @@ package simulator
 
 import (
 	"container/heap"
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
 	"hash"
+	"log/slog"
 	"math/rand/v2"
 	"slices"
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/vdl-project/vdl/rng"
@@ -215,4 +218,40 @@ func durn(r *rand.Rand, lo, hi time.Duration) time.Duration {
 		return lo
 	}
 	return lo + time.Duration(r.Int64N(int64(hi-lo)))
+}
+
+// traceHandler is a slog.Handler that writes a simulated process's log
+// lines into the trace (without wall-clock times, so traces stay
+// deterministic).
+type traceHandler struct {
+	w      *world
+	prefix string
+	attrs  []slog.Attr
+}
+
+func (h *traceHandler) Enabled(_ context.Context, l slog.Level) bool { return l >= slog.LevelInfo }
+
+func (h *traceHandler) Handle(_ context.Context, r slog.Record) error {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s %s %s", h.prefix, r.Level, r.Message)
+	for _, a := range h.attrs {
+		fmt.Fprintf(&b, " %s", a)
+	}
+	r.Attrs(func(a slog.Attr) bool {
+		fmt.Fprintf(&b, " %s", a)
+		return true
+	})
+	h.w.record("%s", b.String())
+	return nil
+}
+
+func (h *traceHandler) WithAttrs(as []slog.Attr) slog.Handler {
+	return &traceHandler{w: h.w, prefix: h.prefix, attrs: append(slices.Clone(h.attrs), as...)}
+}
+
+func (h *traceHandler) WithGroup(string) slog.Handler { return h }
+
+// logger is the logger of node n's process: into the trace.
+func (s *Sim) logger(n *node) *slog.Logger {
+	return slog.New(&traceHandler{w: s.w, prefix: fmt.Sprintf("n%d", n.id)})
 }

@@ -23,6 +23,9 @@ var (
 	// ErrBadEntry: an entry that cannot be stored (a user entry that is not a
 	// sequence of whole RecordBatch v2 batches). Validate before proposing.
 	ErrBadEntry = errors.New("storage: malformed entry")
+	// ErrNotCommitted: entries asked of CommittedEntries are past this
+	// replica's commit index.
+	ErrNotCommitted = errors.New("storage: entries not committed here yet")
 )
 
 // Entry payload tags. A raftpb.EntryNormal entry's Data is empty (the leader's

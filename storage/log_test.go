@@ -711,16 +711,16 @@ func TestInterruptedInstallKeepsCommitInRange(t *testing.T) {
 	snap := &pb.Snapshot{Metadata: &pb.SnapshotMetadata{Index: new(uint64(400)), Term: new(uint64(2)),
 		ConfState: &pb.ConfState{Voters: []uint64{1, 2, 3}}}, Data: data}
 	calls := 0
-	err = l.InstallSnapshot(snap, func(from, to uint64) ([]*pb.Entry, error) {
+	err = l.InstallSnapshot(snap, func(from, to uint64) ([]*pb.Entry, uint64, error) {
 		calls++
 		if calls > 1 {
-			return nil, errors.New("source died")
+			return nil, 0, errors.New("source died")
 		}
 		var ents []*pb.Entry
 		for i := from; i < from+10; i++ {
 			ents = append(ents, userEnt(i, 2, 1, 10, int64(i)))
 		}
-		return ents, nil
+		return ents, 2, nil
 	})
 	require.ErrorContains(t, err, "source died")
 	require.NoError(t, l.Close())
@@ -766,7 +766,7 @@ func TestInstallKeepsTheMatchingPrefix(t *testing.T) {
 		snap := &pb.Snapshot{Metadata: &pb.SnapshotMetadata{Index: new(uint64(400)), Term: new(uint64(2)),
 			ConfState: &pb.ConfState{Voters: []uint64{1, 2, 3}}}, Data: data}
 		copied := 0
-		err = l.InstallSnapshot(snap, func(from, to uint64) ([]*pb.Entry, error) {
+		err = l.InstallSnapshot(snap, func(from, to uint64) ([]*pb.Entry, uint64, error) {
 			var ents []*pb.Entry
 			for i := from; i <= min(to, from+19); i++ {
 				ents = append(ents, userEnt(i, term(i), 1, 10, int64(i)))
@@ -774,10 +774,10 @@ func TestInstallKeepsTheMatchingPrefix(t *testing.T) {
 			if len(ents) > 1 { // a copy, not a term probe
 				copied += len(ents)
 				if interrupted && copied > 40 {
-					return nil, errors.New("source died")
+					return nil, 0, errors.New("source died")
 				}
 			}
-			return ents, nil
+			return ents, term(from - 1), nil
 		})
 		if interrupted {
 			require.ErrorContains(t, err, "source died")

@@ -1,6 +1,7 @@
 package storage
 
 import (
+	"errors"
 	"fmt"
 	"math"
 	"sort"
@@ -8,6 +9,8 @@ import (
 	"go.etcd.io/raft/v3"
 	pb "go.etcd.io/raft/v3/raftpb"
 	"google.golang.org/protobuf/proto"
+
+	"github.com/vdl-project/vdl/internal/canary"
 )
 
 // Readers hold mu.RLock for the whole call, preads included.
@@ -440,6 +443,11 @@ func (l *Log) readRun(s *segment, ents []lidxEnt, out *[]Batch) error {
 		_ = s.f.Prefetch(end, min(end-start, s.end-end))
 	}
 	for _, e := range ents {
+		if canary.On(canary.ServeCorrupt) { // broken on purpose: no checksum on read
+			o := e.pos - start
+			*out = append(*out, Batch{BaseOffset: e.base, NextOffset: e.next, Data: buf[o : o+int64(e.length) : o+int64(e.length)]})
+			continue
+		}
 		h, rec, err := l.checkRecord(s, buf, start, e.pos-recHeaderSize, e.index)
 		if err != nil {
 			return err
@@ -491,4 +499,49 @@ func (l *Log) offsetForTimeLocked(ts int64) (int64, error) {
 		return 0, err
 	}
 	return e[0].base, nil
+}
+
+// Committed is the commit index of the newest hard state written: every
+// entry up to it is committed, the same on every replica.
+func (l *Log) Committed() uint64 {
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	return l.st.commit
+}
+
+// CommittedEntries serves a snapshot install on another replica: entries
+// from index from up to to (inclusive), never past this replica's commit
+// index, about maxBytes in all (at least one), and the term of entry
+// from-1. Committed entries are the same on every replica, so an install
+// may take each chunk from a different one; an uncommitted suffix (an old
+// leader's) is never served. ErrOutOfRange: from is below the log start
+// (retention deleted it). ErrNotCommitted: from is past the commit index
+// here (this replica is behind; another may serve it).
+func (l *Log) CommittedEntries(from, to, maxBytes uint64) ([]*pb.Entry, uint64, error) {
+	l.mu.RLock()
+	if l.closed {
+		l.mu.RUnlock()
+		return nil, 0, ErrClosed
+	}
+	first, commit := l.segs[0].hdr.first, min(l.st.commit, l.active().last)
+	l.mu.RUnlock()
+	switch {
+	case from == 0 || to < from:
+		return nil, 0, fmt.Errorf("%w: entries [%d, %d]", ErrOutOfRange, from, to)
+	case from < first:
+		return nil, 0, fmt.Errorf("%w: entry %d, log starts at %d", ErrOutOfRange, from, first)
+	case from > commit:
+		return nil, 0, fmt.Errorf("%w: entry %d, committed up to %d", ErrNotCommitted, from, commit)
+	}
+	prev, err := l.Term(from - 1)
+	if err == nil {
+		var ents []*pb.Entry
+		if ents, err = l.Entries(from, min(to, commit)+1, maxBytes); err == nil {
+			return ents, prev, nil
+		}
+	}
+	if errors.Is(err, raft.ErrCompacted) {
+		return nil, 0, fmt.Errorf("%w: entry %d: %v", ErrOutOfRange, from, err)
+	}
+	return nil, 0, err
 }

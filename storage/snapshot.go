@@ -120,9 +120,16 @@ func (l *Log) Snapshot() (*pb.Snapshot, error) {
 }
 
 // EntrySource returns the entries [from, to] of a snapshot's log, in
-// order, as many as it likes per call (at least one). Drivers implement it
-// by reading the leader's log (over the network in production).
-type EntrySource func(from, to uint64) ([]*pb.Entry, error)
+// order, as many as it likes per call (at least one), with the term of the
+// entry before from. Drivers implement it by reading a replica's committed
+// entries (Log.CommittedEntries; over the network in production), so every
+// entry a source returns is one of the committed log's.
+type EntrySource func(from, to uint64) (ents []*pb.Entry, prevTerm uint64, err error)
+
+// ErrDiverged: a snapshot source answered entries that do not continue
+// what the install already holds (the term before them differs). The
+// install stops; the driver tries again, from another replica.
+var ErrDiverged = errors.New("storage: snapshot entries do not continue the log being installed")
 
 // InstallSnapshot replaces the whole log with the one the snapshot stands
 // for: an empty log at the snapshot's first index, filled with the entries
@@ -165,12 +172,18 @@ func (l *Log) InstallSnapshot(snap *pb.Snapshot, src EntrySource) error {
 		if src == nil {
 			return fmt.Errorf("storage: snapshot at %d needs entries from %d but has no source", idx, next)
 		}
-		ents, err := src(next, idx)
+		ents, prevTerm, err := src(next, idx)
 		if err != nil {
 			return fmt.Errorf("storage: fetching snapshot entries from %d: %w", next, err)
 		}
 		if len(ents) == 0 || ents[0].GetIndex() != next {
 			return fmt.Errorf("storage: snapshot source answered %d entries not starting at %d", len(ents), next)
+		}
+		// Every chunk must continue what is already here: a source with
+		// another history (an old leader's uncommitted suffix) is refused,
+		// never spliced in.
+		if held, err := l.Term(next - 1); err != nil || held != prevTerm {
+			return fmt.Errorf("%w: entry %d has term %d here (err %v), the source's %d", ErrDiverged, next-1, held, err, prevTerm)
 		}
 		if last := ents[len(ents)-1].GetIndex(); last > idx {
 			ents = ents[:idx-next+1]
@@ -230,7 +243,7 @@ func (l *Log) matchPoint(d snapDesc, idx uint64, src EntrySource) (k uint64, ove
 			if src == nil {
 				return false, fmt.Errorf("storage: snapshot at %d needs entry %d but has no source", idx, k)
 			}
-			ents, err := src(k, k)
+			ents, _, err := src(k, k)
 			if err != nil {
 				return false, fmt.Errorf("storage: fetching snapshot entry %d: %w", k, err)
 			}

@@ -282,7 +282,6 @@ func (n *Node) Start() error {
 		TickInterval: c.opts.TickInterval,
 		Sender:       &filterSender{c: c, from: n.ID, next: tr},
 		Fetch:        c.fetch,
-		Peers:        c.opts.Nodes,
 		Logger:       c.opts.Logger.With("node", n.ID),
 	})
 	logs := map[uint64]*storage.Log{}
@@ -322,7 +321,7 @@ func (n *Node) Start() error {
 
 // fetch copies snapshot entries from a running peer's log, in process:
 // the harness's stand-in for the server's HTTP entry copy.
-func (c *Cluster) fetch(group, peer, from, to uint64) ([]*raftpb.Entry, error) {
+func (c *Cluster) fetch(group, peer, from, to uint64) ([]*raftpb.Entry, uint64, error) {
 	if c.opts.BeforeFetch != nil {
 		c.opts.BeforeFetch(group, peer)
 	}
@@ -334,19 +333,19 @@ func (c *Cluster) fetch(group, peer, from, to uint64) ([]*raftpb.Entry, error) {
 		l := o.logs[group]
 		o.mu.Unlock()
 		if l == nil {
-			return nil, fmt.Errorf("n%d does not host group %d", peer, group)
+			return nil, 0, fmt.Errorf("n%d does not host group %d", peer, group)
 		}
-		ents, err := l.Entries(from, to+1, 4<<20)
+		ents, prev, err := l.CommittedEntries(from, to, 4<<20)
 		if err != nil {
-			return nil, err
+			return nil, 0, err
 		}
 		out := make([]*raftpb.Entry, len(ents))
 		for i, e := range ents {
 			out[i] = proto.Clone(e).(*raftpb.Entry)
 		}
-		return out, nil
+		return out, prev, nil
 	}
-	return nil, fmt.Errorf("n%d is not running", peer)
+	return nil, 0, fmt.Errorf("n%d is not running", peer)
 }
 
 // Kill stops the server abruptly: transport and host stop without any

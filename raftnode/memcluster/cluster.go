@@ -256,20 +256,20 @@ func (n *Node) flush() error {
 // entrySource reads snapshot entries straight from the leader's log (the
 // simulator models this copy as instantaneous).
 func (c *Cluster) entrySource(group, leader uint64) storage.EntrySource {
-	return func(from, to uint64) ([]*raftpb.Entry, error) {
+	return func(from, to uint64) ([]*raftpb.Entry, uint64, error) {
 		n := c.Node(leader)
 		if n == nil || n.Down {
-			return nil, fmt.Errorf("leader n%d is down", leader)
+			return nil, 0, fmt.Errorf("leader n%d is down", leader)
 		}
-		ents, err := n.Logs[group].Entries(from, to+1, 1<<20)
+		ents, prev, err := n.Logs[group].CommittedEntries(from, to, 1<<20)
 		if err != nil {
-			return nil, err
+			return nil, 0, err
 		}
 		out := make([]*raftpb.Entry, len(ents))
 		for i, e := range ents {
 			out[i] = proto.Clone(e).(*raftpb.Entry)
 		}
-		return out, nil
+		return out, prev, nil
 	}
 }
 

@@ -1,0 +1,55 @@
+// Package canary names the deliberately broken variants of production code
+// that prove VDL's checks can fail (docs/testing.md). Each is a branch in
+// the production code guarded by On. Only a binary built with the
+// vdlcanary tag can switch one on (Set); in every other build On is a
+// constant false and the broken branches compile away.
+package canary
+
+// Name is one canary: a guarantee broken on purpose, and what must catch it.
+type Name string
+
+// The canaries.
+const (
+	None Name = ""
+	// AckBeforeFsync: the storage pipeline reports appends durable to raft
+	// before their fsync (raftnode.Node.Written). Lost on power loss.
+	AckBeforeFsync Name = "ack-before-fsync"
+	// AckBeforeCommit: a produce is acknowledged once the leader's own
+	// append is durable, before a quorum has it (raftnode.Core).
+	AckBeforeCommit Name = "ack-before-commit"
+	// ReadAboveHWM: fetches see the log end, uncommitted records included
+	// (server.Backend).
+	ReadAboveHWM Name = "read-above-hwm"
+	// ReorderResponses: two responses of a connection are swapped
+	// (kafka.Session).
+	ReorderResponses Name = "reorder-responses"
+	// ServeCorrupt: reads skip the records' checksums, serving bits rotted
+	// on the medium (storage).
+	ServeCorrupt Name = "serve-corrupt"
+	// SkipPoison: after a failed produce, later requests on the connection
+	// are served (kafka.Session).
+	SkipPoison Name = "skip-poison"
+	// RetainAboveCommit: retention is not bounded by the commit index
+	// (raftnode apply, the admin API).
+	RetainAboveCommit Name = "retain-above-commit"
+	// HardStateNotSynced: Sync skips the hard state record's fsync when no
+	// entries are written with it (storage).
+	HardStateNotSynced Name = "hard-state-not-synced"
+	// ConfStateNotReplayed: a restarted log forgets membership changes
+	// recorded after its start (storage recovery).
+	ConfStateNotReplayed Name = "conf-state-not-replayed"
+	// FollowerServesFetch: a follower answers fetches from its own log
+	// (server.Backend).
+	FollowerServesFetch Name = "follower-serves-fetch"
+	// NoReadFence: fetches and ListOffsets skip the leadership
+	// confirmation (kafka).
+	NoReadFence Name = "no-read-fence"
+	// Livelock: the simulator's watchdog canary: the core schedules work
+	// for ever without simulated time passing (the simulator).
+	Livelock Name = "livelock"
+)
+
+// All lists every canary.
+var All = []Name{AckBeforeFsync, AckBeforeCommit, ReadAboveHWM, ReorderResponses, ServeCorrupt,
+	SkipPoison, RetainAboveCommit, HardStateNotSynced, ConfStateNotReplayed, FollowerServesFetch,
+	NoReadFence, Livelock}

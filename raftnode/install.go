@@ -1,0 +1,174 @@
+package raftnode
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/pingcap/failpoint"
+	"go.etcd.io/raft/v3/raftpb"
+
+	"github.com/vdl-project/vdl/failpoints"
+	"github.com/vdl-project/vdl/storage"
+)
+
+// Snapshot installs. A VDL snapshot stands for the sender's log, so a
+// follower installing one copies the entries it stands for from the
+// group's replicas (storage.Log.InstallSnapshot), chunk by chunk. Each
+// replica serves only entries it knows are committed, so every chunk, from
+// whichever replica, belongs to the one committed log, and the install
+// checks that each chunk continues what it holds.
+//
+// An attempt that cannot reach a replica able to serve the next chunk is
+// retried with backoff (the install's progress is kept: the log is a valid
+// prefix). One that finds the range deleted by retention on every replica
+// gives up: the group restarts from its log as it is, and the leader,
+// finding the follower still behind, sends a fresh snapshot.
+
+// Errors of an install attempt.
+var (
+	// ErrSnapshotGone: every replica answered that the entries are gone.
+	ErrSnapshotGone = errors.New("raftnode: snapshot entries deleted on every replica")
+	// ErrSnapshotUnavailable: no replica could serve the entries now.
+	ErrSnapshotUnavailable = errors.New("raftnode: no replica can serve the snapshot entries now")
+)
+
+// EntryFetcher copies committed entries [from, to] of a group's log from a
+// peer and the term of the entry before them (storage.Log.CommittedEntries
+// on the peer). It may return fewer entries than asked. Errors wrapping
+// storage.ErrOutOfRange mean the peer no longer has them.
+type EntryFetcher func(group, peer, from, to uint64) (ents []*raftpb.Entry, prevTerm uint64, err error)
+
+// InstallJob is one attempt to install the snapshot an append carries. A
+// driver runs it off the Node's loop and reports Node.Installed.
+type InstallJob struct {
+	Group   uint64
+	Append  Append
+	Sources []uint64 // replicas to copy from, the sender first
+	Attempt int      // 0 for the first
+	// Copied counts the entries the last attempt copied (the simulator
+	// models the copy's duration with it).
+	Copied int
+	log    Log
+}
+
+// installRetryTicks bounds the backoff between attempts, in ticks.
+const installRetryTicks = 20
+
+// Run runs one attempt. If it gives up (ErrSnapshotGone), what it wrote is
+// made durable first: the group restarts from the log as it is.
+func (j *InstallJob) Run(fetch EntryFetcher) error {
+	failpoint.Inject("beforeSnapshotInstall", func(val failpoint.Value) {
+		failpoints.Hit("raftnode/beforeSnapshotInstall")
+		if failpoints.Bool(val) {
+			failpoints.Crash()
+		}
+		if failpoints.EIO(val) {
+			failpoint.Return(failpoints.IOError())
+		}
+	})
+	j.Copied = 0
+	err := j.log.InstallSnapshot(j.Append.Msg.GetSnapshot(), j.source(fetch))
+	if errors.Is(err, ErrSnapshotGone) {
+		if _, serr := j.log.Sync(); serr != nil {
+			return serr
+		}
+	}
+	return err
+}
+
+// source tries the sources in order for each chunk.
+func (j *InstallJob) source(fetch EntryFetcher) storage.EntrySource {
+	return func(from, to uint64) ([]*raftpb.Entry, uint64, error) {
+		gone := 0
+		var errs []error
+		for _, p := range j.Sources {
+			ents, prev, err := fetch(j.Group, p, from, to)
+			if err == nil && len(ents) > 0 && ents[0].GetIndex() == from {
+				j.Copied += len(ents)
+				return ents, prev, nil
+			}
+			if err == nil {
+				err = fmt.Errorf("answered %d entries, not from %d", len(ents), from)
+			}
+			if errors.Is(err, storage.ErrOutOfRange) {
+				gone++
+			}
+			errs = append(errs, fmt.Errorf("node %d: %w", p, err))
+		}
+		if gone > 0 && gone == len(j.Sources) {
+			return nil, 0, fmt.Errorf("%w: [%d, %d]: %v", ErrSnapshotGone, from, to, errors.Join(errs...))
+		}
+		return nil, 0, fmt.Errorf("%w: [%d, %d]: %v", ErrSnapshotUnavailable, from, to, errors.Join(errs...))
+	}
+}
+
+// startInstall starts the first attempt to install the snapshot a carries.
+func (n *Node) startInstall(a Append) {
+	srcs := []uint64{a.Leader}
+	for _, id := range n.core.members(a.Group) {
+		if id != n.ID() && id != a.Leader {
+			srcs = append(srcs, id)
+		}
+	}
+	if a.Leader == 0 || a.Leader == n.ID() {
+		srcs = srcs[1:]
+	}
+	j := &InstallJob{Group: a.Group, Append: a, Sources: srcs, log: n.logs[a.Group]}
+	n.installs[a.Group] = j
+	n.d.Install(j)
+}
+
+// Installed reports the end of an install attempt.
+func (n *Node) Installed(j *InstallJob, err error) {
+	g := j.Group
+	p := &n.pipe
+	if n.err != nil || n.installs[g] != j {
+		return
+	}
+	switch {
+	case err == nil:
+		delete(n.installs, g)
+		waiting := p.installing[g]
+		delete(p.installing, g)
+		p.last[g] = lastIndex(j.log)
+		p.queue = append(append([]Effect{installed{j.Append}}, waiting...), p.queue...)
+	case errors.Is(err, ErrSnapshotGone):
+		n.log.Warn("snapshot entries are gone everywhere; restarting the group for a fresh snapshot", "group", g, "err", err)
+		n.restartGroup(g)
+	case errors.Is(err, ErrSnapshotUnavailable), errors.Is(err, storage.ErrDiverged):
+		j.Attempt++
+		wait := uint64(min(1<<min(j.Attempt-1, 5), installRetryTicks))
+		n.log.Warn("copying snapshot entries failed; retrying", "group", g, "attempt", j.Attempt, "in_ticks", wait, "err", err)
+		n.retries[g] = n.ticks + wait
+	default:
+		n.failStop(fmt.Errorf("group %d: install snapshot: %w", g, err))
+	}
+}
+
+// retryInstalls starts the install attempts whose backoff is over.
+func (n *Node) retryInstalls() {
+	for _, g := range sortedGroups(n.retries) {
+		if n.retries[g] <= n.ticks {
+			delete(n.retries, g)
+			if j := n.installs[g]; j != nil {
+				n.d.Install(j)
+			}
+		}
+	}
+}
+
+// restartGroup drops a group's raft state and effects waiting behind an
+// install that gave up, and starts the group again from its log, which is
+// durable and valid (a prefix of the leader's, at worst its old state).
+func (n *Node) restartGroup(g uint64) {
+	delete(n.installs, g)
+	delete(n.pipe.installing, g)
+	delete(n.retries, g)
+	l := n.logs[g]
+	n.core.RemoveGroup(g)
+	if err := n.core.AddGroup(g, l); err != nil {
+		n.failStop(fmt.Errorf("group %d: restart after a failed install: %w", g, err))
+		return
+	}
+	n.pipe.last[g] = lastIndex(l)
+}
