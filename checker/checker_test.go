@@ -312,6 +312,22 @@ func TestOKAfterFailedProduce(t *testing.T) {
 	assert.Equal(t, 1, orderingCount(r, OKAfterFailure))
 }
 
+// A produce answered with an error code of unknown outcome (NOT_LEADER,
+// REQUEST_TIMED_OUT) poisons its connection as well: no later request may
+// be answered with success. A later write may land, though (the failed one
+// may have landed too).
+func TestOKAfterErrorCodeOfUnknownOutcome(t *testing.T) {
+	timedOut := prodOut(0, 1, 1, 0, 10, "a", OutcomeInfo)
+	timedOut.ErrCode, timedOut.Err = 7, "error 7"
+	h := []Op{timedOut, prodOut(1, 1, 2, 1, 20, "b", OutcomeInfo), fetch(2, 2, 1, 30, 40, 0, 2, "a", "b")}
+	require.True(t, check(t, h).OK, "both landed in order, neither answered ok after the error")
+
+	h[1] = prod(1, 1, 2, 1, 12, "b", 1)
+	r := check(t, h)
+	assert.False(t, r.OK)
+	assert.Equal(t, 1, orderingCount(r, OKAfterFailure), "an ok answer after an error answer on one connection")
+}
+
 func TestReplicaConvergence(t *testing.T) {
 	recs := func(vals ...string) []ReplicaRecord {
 		var out []ReplicaRecord

@@ -63,6 +63,10 @@ type Op struct {
 	Complete int64   `json:"complete"`
 	Outcome  Outcome `json:"outcome"`
 	Err      string  `json:"err,omitempty"`
+	// ErrCode is the Kafka error code the response carried (0: none, or
+	// no response). A produce answered with one poisons its connection,
+	// whether the outcome is fail or info (OKAfterFailure).
+	ErrCode int16 `json:"err_code,omitempty"`
 
 	// Produce: Value is unique per stream; Offset is the acknowledged offset (when ok).
 	Value  string `json:"value,omitempty"`
@@ -232,6 +236,7 @@ func (r *Recorder) Invoke(op Op) *Handle {
 type Completion struct {
 	Outcome       Outcome
 	Err           string
+	ErrCode       int16
 	Offset        int64
 	Records       []Record
 	HighWatermark int64
@@ -245,7 +250,7 @@ func (h *Handle) Complete(c Completion) {
 	defer r.mu.Unlock()
 	op := h.op
 	op.Complete = r.now()
-	op.Outcome, op.Err = c.Outcome, c.Err
+	op.Outcome, op.Err, op.ErrCode = c.Outcome, c.Err, c.ErrCode
 	op.Offset = c.Offset
 	op.Records = append([]Record(nil), c.Records...)
 	op.HighWatermark = c.HighWatermark
@@ -268,6 +273,17 @@ func (h *Handle) FetchOK(records []Record, hwm int64) {
 // Fail records a definite failure answered by the server.
 func (h *Handle) Fail(err string) {
 	h.Complete(Completion{Outcome: OutcomeFail, Err: err, HighWatermark: -1, Responded: true})
+}
+
+// Error records a response carrying Kafka error code: a definite failure
+// (definite: the request was refused before anything was written) or an
+// unknown outcome (NOT_LEADER, REQUEST_TIMED_OUT: it may have been written).
+func (h *Handle) Error(code int16, definite bool) {
+	o := OutcomeInfo
+	if definite {
+		o = OutcomeFail
+	}
+	h.Complete(Completion{Outcome: o, Err: fmt.Sprintf("error %d", code), ErrCode: code, HighWatermark: -1, Responded: true})
 }
 
 // Info records an unknown outcome; responded says whether it came as a response (NOT_LEADER)

@@ -15,8 +15,9 @@ const (
 	// Acknowledged produces to one stream on one connection get strictly increasing offsets
 	// in send order (requests are applied in order).
 	ProduceOrder ViolationKind = "produce-offset-order"
-	// After a produce definitely failed, the server fails every later request on that
-	// connection, so a pipelined write cannot land after a hole.
+	// After a produce failed (answered with an error code, whatever its outcome), the
+	// server fails every later request on that connection, so a pipelined write cannot
+	// land after a hole.
 	OKAfterFailure ViolationKind = "ok-after-failed-produce"
 )
 
@@ -38,9 +39,12 @@ type Violation struct {
 //     since their Complete may be a client-side deadline, not a response.
 //   - Produce order: only originally ok produces (a patched offset comes from a fetch, not
 //     from the connection's response).
-//   - After a failed produce every later request on the connection must not succeed. An info
-//     op there is fine — a client-side timeout says nothing about the server — unless it was
-//     patched: its write was observed, so it did succeed.
+//   - After a failed produce (definitely failed, or answered with an error code such as
+//     NOT_LEADER or REQUEST_TIMED_OUT even though its outcome is unknown) no later request
+//     on the connection may be answered with success. After a produce that definitely
+//     failed, no later produce on the connection may land either (observed: patched): the
+//     write would follow a hole. (After an unknown outcome a later write may land: the
+//     earlier one may have landed too.)
 func CheckOrdering(ops []Op) []Violation {
 	byConn := map[int][]*Op{}
 	for i := range ops {
@@ -117,17 +121,23 @@ func produceOrder(conn int, ops []*Op) []Violation {
 
 func okAfterFailure(conn int, ops []*Op) []Violation {
 	var vs []Violation
-	var failed *Op
+	var poisoned, failed *Op // first produce answered with an error; first one that definitely failed
 	for _, op := range ops {
-		if failed != nil && op.Outcome == OutcomeOK {
-			how := "succeeded"
-			if op.Patched {
-				how = "was observed (info, patched)"
-			}
+		switch {
+		case poisoned != nil && op.Outcome == OutcomeOK && !op.Patched:
+			vs = append(vs, Violation{Kind: OKAfterFailure, Conn: conn, Stream: op.Stream, Ops: []int{poisoned.ID, op.ID},
+				Detail: fmt.Sprintf("seq %d %s succeeded after produce seq %d failed (%s)", op.Seq, op.Kind, poisoned.Seq, poisoned.Err)})
+		case failed != nil && op.Kind == KindProduce && op.Patched:
 			vs = append(vs, Violation{Kind: OKAfterFailure, Conn: conn, Stream: op.Stream, Ops: []int{failed.ID, op.ID},
-				Detail: fmt.Sprintf("seq %d %s %s after produce seq %d failed (%s)", op.Seq, op.Kind, how, failed.Seq, failed.Err)})
+				Detail: fmt.Sprintf("seq %d produce was observed (info, patched) after produce seq %d definitely failed (%s): a write landed after a hole", op.Seq, failed.Seq, failed.Err)})
 		}
-		if failed == nil && op.Kind == KindProduce && op.Outcome == OutcomeFail {
+		if op.Kind != KindProduce {
+			continue
+		}
+		if poisoned == nil && (op.Outcome == OutcomeFail || op.ErrCode != 0) {
+			poisoned = op
+		}
+		if failed == nil && op.Outcome == OutcomeFail {
 			failed = op
 		}
 	}

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/vdl-project/vdl/kafka/group"
+	"github.com/vdl-project/vdl/raftnode"
 )
 
 // Config configures the Kafka front end. Zero fields take the defaults.
@@ -20,6 +21,11 @@ type Config struct {
 	// MaxMessageBytes bounds one record batch (one legacy message) in a
 	// produce: larger → MESSAGE_TOO_LARGE. Default 1048588 (Kafka's).
 	MaxMessageBytes int
+	// MaxRecordSetBytes bounds one partition's record set in one produce,
+	// which becomes one Raft entry: larger → MESSAGE_TOO_LARGE. Default
+	// raftnode.DefaultMaxEntryBytes - 1 (a server sets it from its
+	// max_entry_bytes).
+	MaxRecordSetBytes int
 	// MaxConnections bounds open client connections; more are accepted and
 	// closed at once with a log line. Default 10000.
 	MaxConnections int
@@ -74,6 +80,8 @@ func (c Config) withDefaults() (Config, *Profile, error) {
 	}
 	def(&c.MaxFrameBytes, DefaultMaxFrameBytes)
 	def(&c.MaxMessageBytes, 1048588)
+	def(&c.MaxRecordSetBytes, raftnode.DefaultMaxEntryBytes-1)
+	c.MaxMessageBytes = min(c.MaxMessageBytes, c.MaxRecordSetBytes)
 	def(&c.MaxConnections, 10000)
 	def(&c.MaxInFlightRequests, 256)
 	def(&c.MaxInFlightBytes, 64<<20)

@@ -54,6 +54,8 @@ func errorCode(err error, produceVersion int16) int16 {
 		return errUnknownTopicOrPartition
 	case errors.Is(err, ErrBackpressure), errors.Is(err, raftnode.ErrBackpressure):
 		return errNotEnoughReplicas
+	case errors.Is(err, raftnode.ErrEntryTooLarge):
+		return errMessageTooLarge
 	case errors.Is(err, ErrTimeout), errors.Is(err, context.DeadlineExceeded):
 		return errRequestTimedOut
 	case errors.Is(err, storage.ErrOutOfRange):

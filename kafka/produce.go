@@ -86,13 +86,22 @@ func (s *Session) admitProduce(v int16, topic string, partition int32, recs []by
 		if info.Codecs.Has(records.CodecZstd) && v < 7 {
 			return nil, errUnsupportedCompression, fmt.Sprintf("zstd needs produce v7+, got v%d", v)
 		}
-		return recs, errNone, ""
+		return s.admitSize(recs)
 	}
 	out, _, err := records.FromMessageSet(recs, s.cfg.MaxMessageBytes, s.cfg.MaxFrameBytes)
 	if err != nil {
 		return nil, records.ErrorCode(err, v), err.Error()
 	}
-	return out, errNone, ""
+	return s.admitSize(out)
+}
+
+// admitSize refuses a record set larger than one Raft entry may be.
+func (s *Session) admitSize(recs []byte) ([]byte, int16, string) {
+	if len(recs) > s.cfg.MaxRecordSetBytes {
+		return nil, errMessageTooLarge, fmt.Sprintf("the record set for one partition is %d bytes, at most %d are accepted in one produce (max_entry_bytes)",
+			len(recs), s.cfg.MaxRecordSetBytes)
+	}
+	return recs, errNone, ""
 }
 
 type produceOp struct {

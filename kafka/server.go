@@ -258,6 +258,7 @@ func (c *conn) loop() {
 		}
 		if out.Close {
 			c.log.Warn("kafka connection closed by server", "reason", out.Reason)
+			c.linger()
 			return
 		}
 		if draining && out.Idle {
@@ -339,6 +340,31 @@ func (c *conn) loop() {
 			graceEnd = time.After(c.s.cfg.ShutdownGrace)
 		case <-graceEnd:
 			c.log.Info("kafka connection closed at shutdown with requests pending", "pending", sess.Pending())
+			return
+		}
+	}
+}
+
+// lingerTime bounds linger.
+const lingerTime = time.Second
+
+// linger ends a connection the server closes after its last response: it
+// half-closes it (the client reads the responses, then EOF) and discards
+// what the client still sends (pipelined requests that get no answer) until
+// the client closes its side or lingerTime passes. Closing with unread data
+// would reset the connection, and a reset can destroy the responses just
+// written before the client reads them.
+func (c *conn) linger() {
+	if hc, ok := c.nc.(interface{ CloseWrite() error }); ok {
+		_ = hc.CloseWrite()
+	}
+	end := time.After(lingerTime)
+	for {
+		select {
+		case <-c.frames:
+		case <-c.rerr:
+			return
+		case <-end:
 			return
 		}
 	}

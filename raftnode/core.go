@@ -43,6 +43,9 @@ var (
 	// ErrConfChangeRejected: raft refused a membership change because
 	// another one is still pending (or the change was not valid now).
 	ErrConfChangeRejected = errors.New("raftnode: membership change rejected: another change is pending")
+	// ErrEntryTooLarge: a proposal larger than Config.MaxEntryBytes (definite:
+	// not proposed).
+	ErrEntryTooLarge = errors.New("raftnode: proposal larger than the maximum entry size")
 )
 
 // Storage is what the core reads of a group's log. *storage.Log satisfies it.
@@ -63,6 +66,11 @@ type Config struct {
 	HeartbeatTick int    // default 1
 	// MaxSizePerMsg bounds an append message (default 1 MiB).
 	MaxSizePerMsg uint64
+	// MaxEntryBytes bounds one Raft entry's data (default
+	// DefaultMaxEntryBytes); larger proposals fail with ErrEntryTooLarge.
+	// The peer transport's frame limit is derived from it (MaxFrameBytes):
+	// an entry that could not be sent to a follower is never proposed.
+	MaxEntryBytes uint64
 	// MaxInflightMsgs and MaxInflightBytes bound unacknowledged appends per
 	// follower (defaults 256 and 32 MiB).
 	MaxInflightMsgs  int
@@ -77,6 +85,23 @@ type Config struct {
 	Logger     raft.Logger
 }
 
+// DefaultMaxEntryBytes is the default Config.MaxEntryBytes.
+const DefaultMaxEntryBytes = 8 << 20
+
+// MaxFrameBytes is the peer transport frame that carries any append
+// message of a core configured with maxEntry and maxPerMsg (0: defaults):
+// raft sends one entry alone or entries up to MaxSizePerMsg together, and a
+// frame adds the message's own fields.
+func MaxFrameBytes(maxEntry, maxPerMsg uint64) int {
+	if maxEntry == 0 {
+		maxEntry = DefaultMaxEntryBytes
+	}
+	if maxPerMsg == 0 {
+		maxPerMsg = 1 << 20
+	}
+	return int(max(maxEntry, maxPerMsg) + 1<<20)
+}
+
 func (c *Config) defaults() {
 	if c.ElectionTick == 0 {
 		c.ElectionTick = 10
@@ -86,6 +111,9 @@ func (c *Config) defaults() {
 	}
 	if c.MaxSizePerMsg == 0 {
 		c.MaxSizePerMsg = 1 << 20
+	}
+	if c.MaxEntryBytes == 0 {
+		c.MaxEntryBytes = DefaultMaxEntryBytes
 	}
 	if c.MaxInflightMsgs == 0 {
 		c.MaxInflightMsgs = 256
@@ -245,6 +273,10 @@ func (c *Core) propose(group uint64, id ProposalID, e *raftpb.Entry, offsets int
 		return
 	}
 	size := uint64(len(e.GetData()))
+	if size > c.cfg.MaxEntryBytes {
+		c.emit(Complete{Group: group, ID: id, Err: fmt.Errorf("%w: %d bytes, at most %d", ErrEntryTooLarge, size, c.cfg.MaxEntryBytes)})
+		return
+	}
 	if g.uncommitted+size > c.cfg.MaxUncommittedBytes && g.uncommitted > 0 {
 		c.emit(Complete{Group: group, ID: id, Err: ErrBackpressure})
 		return

@@ -44,10 +44,12 @@ type Complete struct {
 
 // SaveConfState asks the driver to durably record the group's membership
 // as of Index before any later Applied effect of the group is carried out.
+// Context is the applied change's context (what the proposer attached).
 type SaveConfState struct {
-	Group uint64
-	Index uint64
-	Conf  *raftpb.ConfState
+	Group   uint64
+	Index   uint64
+	Conf    *raftpb.ConfState
+	Context []byte
 }
 
 // Retain asks the driver to delete the group's head segments below

@@ -111,7 +111,7 @@ func (c *Core) apply(g *group, ents []*raftpb.Entry) {
 
 func (c *Core) applyConfChange(g *group, idx uint64, cc raftpb.ConfChangeI) {
 	cs := g.rn.ApplyConfChange(cc)
-	c.emit(SaveConfState{Group: g.id, Index: idx, Conf: cs})
+	c.emit(SaveConfState{Group: g.id, Index: idx, Conf: cs, Context: cc.AsV2().GetContext()})
 }
 
 // resolve completes the proposals waiting on index idx.

@@ -55,6 +55,8 @@ type HostConfig struct {
 	// tried in turn, the snapshot's sender first).
 	Fetch  EntryFetcher
 	Logger *slog.Logger
+	// OnMembership: see NodeConfig.
+	OnMembership func(group uint64, cs *raftpb.ConfState, context []byte)
 }
 
 // Host is the production driver of a Node: one goroutine (the loop) owns
@@ -129,7 +131,7 @@ func NewHost(cfg HostConfig) *Host {
 		failed:  make(chan struct{}),
 		quit:    make(chan struct{}),
 	}
-	h.node = NewNode(NodeConfig{Core: cfg.Core, Logger: cfg.Logger}, hostDriver{h})
+	h.node = NewNode(NodeConfig{Core: cfg.Core, Logger: cfg.Logger, OnMembership: cfg.OnMembership}, hostDriver{h})
 	h.loopDone.Add(1)
 	go h.run()
 	h.workers.Add(2)

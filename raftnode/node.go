@@ -55,6 +55,9 @@ type NodeConfig struct {
 	// OnEffect, when set, sees every effect of the core before it is
 	// carried out (traces).
 	OnEffect func(Effect)
+	// OnMembership, when set, is told each membership change a group
+	// applies, with the change's context (on the loop: it must not block).
+	OnMembership func(group uint64, cs *raftpb.ConfState, context []byte)
 }
 
 // Driver is what a Node asks of whoever runs it. The Node calls it on its
@@ -245,7 +248,12 @@ func (n *Node) route(e Effect) {
 	switch e := e.(type) {
 	case Send:
 		n.send(e)
-	case Append, SaveConfState, Retain:
+	case SaveConfState:
+		n.pipe.queue = append(n.pipe.queue, e)
+		if n.cfg.OnMembership != nil {
+			n.cfg.OnMembership(e.Group, e.Conf, e.Context)
+		}
+	case Append, Retain:
 		n.pipe.queue = append(n.pipe.queue, e)
 	case Applied:
 		n.applied(e)

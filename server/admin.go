@@ -5,10 +5,12 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"slices"
 	"strconv"
 	"time"
 
 	"github.com/vdl-project/vdl/failpoints"
+	"github.com/vdl-project/vdl/internal/canary"
 	"github.com/vdl-project/vdl/raftnode"
 )
 
@@ -48,68 +50,65 @@ func (s *Server) adminMux() *http.ServeMux {
 	mux.HandleFunc("GET /internal/raft/{group}/entries", s.handleEntries)
 	mux.HandleFunc("POST /streams/{name}/retain", s.handleRetain)
 	mux.HandleFunc("POST /streams/{name}/transfer-leader", s.handleTransferLeader)
+	mux.HandleFunc("GET /streams/{name}/members", s.handleMembers)
+	mux.HandleFunc("POST /streams/{name}/members/{id}", s.handleAddMember)
+	mux.HandleFunc("POST /streams/{name}/members/{id}/promote", s.handlePromoteMember)
+	mux.HandleFunc("DELETE /streams/{name}/members/{id}", s.handleRemoveMember)
 	failpoints.Mount(mux)
 	return mux
 }
 
-// leaderFor finds a hosted stream this server leads, or answers the
-// request with an error naming the problem (and the leader, if known).
-func (s *Server) leaderFor(w http.ResponseWriter, r *http.Request) (*stream, bool) {
-	name := r.PathValue("name")
-	st, ok := s.stream(name)
-	if !ok {
-		http.Error(w, fmt.Sprintf("stream %q is not hosted here", name), http.StatusNotFound)
-		return nil, false
-	}
-	if leader, _ := s.host.Leader(st.cfg.ID); leader != s.cfg.NodeID {
-		http.Error(w, fmt.Sprintf("not the leader of %q; the leader is node %d", name, leader), http.StatusConflict)
-		return nil, false
-	}
-	return st, true
-}
-
 // handleRetain deletes a stream's head segments below ?before=OFFSET on
-// every replica, through a replicated command.
+// every replica, through a replicated command. Only committed data can be
+// deleted: an offset above the high watermark is refused.
 func (s *Server) handleRetain(w http.ResponseWriter, r *http.Request) {
 	before, err := strconv.ParseInt(r.URL.Query().Get("before"), 10, 64)
 	if err != nil || before < 0 {
-		http.Error(w, "?before= must be a non-negative offset", http.StatusBadRequest)
+		jsonError(w, http.StatusBadRequest, "?before= must be a non-negative offset")
 		return
 	}
-	st, ok := s.leaderFor(w, r)
+	st, _, ok := s.onLeader(w, r)
 	if !ok {
+		return
+	}
+	if hwm, _, _ := s.host.HighWatermark(st.cfg.ID); before > hwm && !canary.On(canary.RetainAboveCommit) {
+		jsonError(w, http.StatusBadRequest, "before=%d is above the high watermark %d of %s: only committed data can be deleted", before, hwm, st.cfg.Name)
 		return
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), 10*time.Second)
 	defer cancel()
 	if _, err := s.host.Propose(ctx, st.cfg.ID, raftnode.RetainData(before)); err != nil {
-		http.Error(w, "retention: "+err.Error(), http.StatusServiceUnavailable)
+		jsonError(w, http.StatusServiceUnavailable, "retention of %s: %v", st.cfg.Name, err)
 		return
 	}
-	fmt.Fprintf(w, "retention before offset %d committed; start offset is now %d\n", before, st.log.StartOffset())
+	writeJSON(w, http.StatusOK, map[string]any{"result": fmt.Sprintf("retention before offset %d committed", before),
+		"start_offset": st.log.StartOffset()})
 }
 
 // handleTransferLeader hands the stream's leadership to ?to=NODE.
 func (s *Server) handleTransferLeader(w http.ResponseWriter, r *http.Request) {
 	to, err := strconv.ParseUint(r.URL.Query().Get("to"), 10, 64)
 	if err != nil || to == 0 {
-		http.Error(w, "?to= must be a node id", http.StatusBadRequest)
+		jsonError(w, http.StatusBadRequest, "?to= must be a node id")
 		return
 	}
 	if _, ok := s.cfg.Peer(to); !ok {
-		http.Error(w, fmt.Sprintf("node %d is not a peer", to), http.StatusBadRequest)
+		jsonError(w, http.StatusBadRequest, "node %d is not a peer", to)
 		return
 	}
-	st, ok := s.leaderFor(w, r)
+	st, gs, ok := s.onLeader(w, r)
 	if !ok {
 		return
 	}
-	if err := s.host.TransferLeader(st.cfg.ID, to); err != nil {
-		http.Error(w, err.Error(), http.StatusServiceUnavailable)
+	if !slices.Contains(gs.Voters, to) {
+		jsonError(w, http.StatusConflict, "node %d is not a voter of %s", to, st.cfg.Name)
 		return
 	}
-	w.WriteHeader(http.StatusAccepted)
-	fmt.Fprintf(w, "leadership transfer of %q to node %d started\n", st.cfg.Name, to)
+	if err := s.host.TransferLeader(st.cfg.ID, to); err != nil {
+		jsonError(w, http.StatusServiceUnavailable, "%v", err)
+		return
+	}
+	writeJSON(w, http.StatusAccepted, map[string]string{"result": fmt.Sprintf("leadership transfer of %q to node %d started", st.cfg.Name, to)})
 }
 
 // Status reports every hosted stream.

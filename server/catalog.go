@@ -46,6 +46,9 @@ func (c catalog) Stream(name string) (StreamRef, bool) {
 	ref := StreamRef{Group: sc.ID, Replicas: sc.Replicas}
 	if st, hosted := c.s.stream(name); hosted {
 		ref.Log = st.log
+		if voters, learners, ok := c.s.membership(sc.ID); ok { // the group's own view
+			ref.Replicas = append(voters, learners...)
+		}
 	}
 	return ref, true
 }

@@ -11,6 +11,8 @@ import (
 	"strings"
 
 	"github.com/BurntSushi/toml"
+
+	"github.com/vdl-project/vdl/raftnode"
 )
 
 // Config is a server's configuration, read from a TOML file (see
@@ -29,6 +31,13 @@ type Config struct {
 	Profile string `toml:"profile"`
 	// DC is this server's datacenter label.
 	DC string `toml:"dc"`
+	// InitialClusterState says what an empty data dir is for: "new" (this
+	// server founds the cluster: its streams are bootstrapped with their
+	// replica sets) or "existing" (the default: it joins a running
+	// cluster; its streams start empty and wait to be added through
+	// membership changes). A data dir that is already initialised ignores
+	// it (docs/operations.md).
+	InitialClusterState string `toml:"initial_cluster_state"`
 
 	Peers   []Peer         `toml:"peers"`
 	Streams []StreamConfig `toml:"streams"`
@@ -60,9 +69,9 @@ type StreamConfig struct {
 	ID       uint64   `toml:"id"`       // Raft group id, unique in the cluster
 	Replicas []uint64 `toml:"replicas"` // default: every peer
 	// Join makes this server start the stream with an empty log that learns
-	// its membership from the leader (a server added by a membership
-	// change). Founding members leave it false: they bootstrap the log with
-	// Replicas as the initial membership.
+	// its membership from the leader (a server being added by a membership
+	// change), even where it would otherwise bootstrap it (a stream new to
+	// an initialised data dir).
 	Join bool `toml:"join"`
 }
 
@@ -72,7 +81,11 @@ type RaftConfig struct {
 	ElectionTicks       int    `toml:"election_ticks"` // default 10
 	HeartbeatTicks      int    `toml:"heartbeat_ticks"`
 	MaxUncommittedBytes uint64 `toml:"max_uncommitted_bytes"`
-	SyncWrites          bool   `toml:"sync_writes"` // turn the append pipeline off (benchmarks)
+	// MaxEntryBytes bounds one Raft entry: one partition's record set in
+	// one produce (larger: MESSAGE_TOO_LARGE). The peer transport's frame
+	// limit derives from it. Default 8 MiB.
+	MaxEntryBytes uint64 `toml:"max_entry_bytes"`
+	SyncWrites    bool   `toml:"sync_writes"` // turn the append pipeline off (benchmarks)
 }
 
 // StorageConfig tunes the storage engine.
@@ -138,6 +151,13 @@ func (c *Config) Validate() error {
 	if c.KafkaAdvertise == "" {
 		c.KafkaAdvertise = c.KafkaListen
 	}
+	switch c.InitialClusterState {
+	case "":
+		c.InitialClusterState = "existing"
+	case "new", "existing":
+	default:
+		errs = append(errs, fmt.Errorf("initial_cluster_state %q: want new or existing", c.InitialClusterState))
+	}
 	switch c.Profile {
 	case "":
 		c.Profile = "modern"
@@ -191,6 +211,16 @@ func (c *Config) Validate() error {
 	}
 	if c.Raft.TickMillis == 0 {
 		c.Raft.TickMillis = 100
+	}
+	if c.Raft.MaxEntryBytes == 0 {
+		c.Raft.MaxEntryBytes = raftnode.DefaultMaxEntryBytes
+	}
+	if c.Raft.MaxEntryBytes < 64<<10 || c.Raft.MaxEntryBytes > 1<<30 {
+		errs = append(errs, fmt.Errorf("raft.max_entry_bytes %d: want 64 KiB to 1 GiB", c.Raft.MaxEntryBytes))
+	}
+	if c.Raft.MaxUncommittedBytes != 0 && c.Raft.MaxUncommittedBytes < c.Raft.MaxEntryBytes {
+		errs = append(errs, fmt.Errorf("raft.max_uncommitted_bytes %d is below max_entry_bytes %d: an entry could never be proposed",
+			c.Raft.MaxUncommittedBytes, c.Raft.MaxEntryBytes))
 	}
 	if c.Storage.SegmentBytes == 0 {
 		c.Storage.SegmentBytes = 64 << 20

@@ -13,8 +13,17 @@ import (
 	"github.com/vdl-project/vdl/kafka"
 )
 
+// ErrFailStop: the server stopped on a failure (storage, a raft invariant)
+// rather than acknowledge what might not be durable. The process exits
+// non-zero (ExitFailStop); a supervisor restarts it.
+var ErrFailStop = errors.New("fail-stop")
+
+// ExitFailStop is the exit status of a process that fail-stopped.
+const ExitFailStop = 3
+
 // Run starts a server and serves until ctx ends, then shuts down
 // gracefully: stop accepting, answer what was read, stop Raft, close logs.
+// If the server fail-stops, Run returns an error wrapping ErrFailStop.
 func Run(ctx context.Context, cfg Config, logger *slog.Logger) error {
 	s, err := New(cfg, logger)
 	if err != nil {
@@ -30,6 +39,9 @@ func Run(ctx context.Context, cfg Config, logger *slog.Logger) error {
 	case <-ctx.Done():
 	case err = <-errc:
 		logger.Error("listener failed", "err", err)
+	case <-s.Failed():
+		err = fmt.Errorf("%w: %v", ErrFailStop, s.host.Err())
+		logger.Error("server fail-stopped; exiting so a supervisor restarts it", "err", s.host.Err())
 	}
 	logger.Info("shutting down")
 	if cerr := s.Close(); cerr != nil {
@@ -40,7 +52,8 @@ func Run(ctx context.Context, cfg Config, logger *slog.Logger) error {
 
 // Serve opens the Kafka and admin listeners; listener failures go to errc.
 func (s *Server) Serve(errc chan<- error) error {
-	ks, err := kafka.NewServer(kafka.Config{Profile: s.cfg.Profile, ClusterID: s.cfg.ClusterID}, NewBackend(s.host, catalog{s}), s.log)
+	ks, err := kafka.NewServer(kafka.Config{Profile: s.cfg.Profile, ClusterID: s.cfg.ClusterID,
+		MaxRecordSetBytes: int(s.cfg.Raft.MaxEntryBytes) - 1}, NewBackend(s.host, catalog{s}), s.log)
 	if err != nil {
 		return err
 	}

@@ -2,13 +2,15 @@ package server
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"hash/fnv"
 	"log/slog"
 	"net"
 	"net/http"
-	"path/filepath"
+	"path"
+	"slices"
 	"sync"
 	"time"
 
@@ -32,13 +34,21 @@ type Server struct {
 	admin     *http.Server
 	adminLn   net.Listener
 
-	// ctx ends when the server closes (snapshot entry copies stop).
+	ident    Identity
+	peerDirs *peerDirs
+	dirOps   chan func() // peer dir bookkeeping of membership changes, in order
+
+	// ctx ends when the server closes (snapshot entry copies, waits).
 	ctx    context.Context
 	cancel context.CancelFunc
+	wg     sync.WaitGroup
 
 	mu      sync.Mutex
-	streams map[string]*stream // by name
+	streams map[string]*stream // hosted, by name
 	byGroup map[uint64]*stream
+	opened  []*stream                    // every log opened, hosted or still waiting
+	members map[uint64]*raftpb.ConfState // hosted groups' membership
+	closed  bool
 }
 
 // stream is a hosted log stream: its Raft group and its log.
@@ -47,8 +57,10 @@ type stream struct {
 	log *storage.Log
 }
 
-// New opens every configured stream's log (bootstrapping new ones) and
-// starts replication; Serve starts the client-facing listeners.
+// New opens the data dir (refusing another cluster's or node's), opens
+// every configured stream's log (bootstrapping or joining new ones, see
+// openStream) and starts replication; Serve starts the client-facing
+// listeners.
 func New(cfg Config, logger *slog.Logger) (*Server, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
@@ -56,8 +68,18 @@ func New(cfg Config, logger *slog.Logger) (*Server, error) {
 	if logger == nil {
 		logger = slog.Default()
 	}
-	s := &Server{cfg: cfg, log: logger, fs: vfs.OS{}, streams: map[string]*stream{}, byGroup: map[uint64]*stream{}}
+	s := &Server{cfg: cfg, log: logger, fs: vfs.OS{}, streams: map[string]*stream{}, byGroup: map[uint64]*stream{},
+		members: map[uint64]*raftpb.ConfState{}, dirOps: make(chan func(), 64)}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
+	mode, err := s.initIdentity()
+	if err != nil {
+		return nil, err
+	}
+	if s.peerDirs, err = loadPeerDirs(s.fs, cfg.DataDir); err != nil {
+		return nil, err
+	}
+	s.wg.Add(1)
+	go s.runDirOps()
 	peers := map[uint64]string{}
 	for _, p := range cfg.Peers {
 		peers[p.ID] = p.Raft
@@ -65,11 +87,14 @@ func New(cfg Config, logger *slog.Logger) (*Server, error) {
 	s.transport = transport.New(transport.Config{
 		NodeID:         cfg.NodeID,
 		ClusterID:      clusterHash(cfg.ClusterID),
+		DirID:          s.ident.DirID,
+		CheckPeer:      s.peerDirs.check,
 		ListenAddr:     cfg.RaftListen,
 		Peers:          peers,
 		Handler:        func(g uint64, m *raftpb.Message) { s.host.Step(g, m) },
 		Unreachable:    func(g, p uint64) { s.host.ReportUnreachable(g, p) },
 		SnapshotStatus: func(g, p uint64, failed bool) { s.host.ReportSnapshot(g, p, !failed) },
+		MaxFrameBytes:  raftnode.MaxFrameBytes(cfg.Raft.MaxEntryBytes, 0),
 		Logger:         logger.With("component", "transport"),
 	})
 	s.host = raftnode.NewHost(raftnode.HostConfig{
@@ -78,31 +103,111 @@ func New(cfg Config, logger *slog.Logger) (*Server, error) {
 			ElectionTick:        cfg.Raft.ElectionTicks,
 			HeartbeatTick:       cfg.Raft.HeartbeatTicks,
 			MaxUncommittedBytes: cfg.Raft.MaxUncommittedBytes,
+			MaxEntryBytes:       cfg.Raft.MaxEntryBytes,
 			SyncWrites:          cfg.Raft.SyncWrites,
 		},
 		TickInterval: time.Duration(cfg.Raft.TickMillis) * time.Millisecond,
 		Sender:       s.transport,
 		Fetch:        s.fetchEntries,
 		Logger:       logger,
+		OnMembership: s.onMembership,
 	})
+	var waiting []*stream
 	for _, sc := range cfg.Streams {
 		if !containsID(sc.Replicas, cfg.NodeID) {
 			continue
 		}
-		if err := s.openStream(sc); err != nil {
+		st, founding, err := s.openStream(sc, mode)
+		if err != nil {
 			s.Close()
 			return nil, err
 		}
+		if founding {
+			waiting = append(waiting, st)
+		} else if err := s.hostStream(st); err != nil {
+			s.Close()
+			return nil, err
+		}
+	}
+	if err := saveIdentity(s.fs, cfg.DataDir, s.ident); err != nil {
+		s.Close()
+		return nil, fmt.Errorf("data dir: %w", err)
 	}
 	if err := s.transport.Start(); err != nil {
 		s.Close()
 		return nil, fmt.Errorf("raft listener: %w", err)
 	}
+	for _, st := range waiting {
+		s.wg.Add(1)
+		go s.hostWhenFoundersKnown(st)
+	}
 	return s, nil
 }
 
-func (s *Server) openStream(sc StreamConfig) error {
-	dir := filepath.Join(s.cfg.DataDir, "streams", fmt.Sprintf("%d", sc.ID))
+// startMode is what an empty data dir is for.
+type startMode int
+
+const (
+	initialised startMode = iota // the data dir was initialised before
+	founding                     // a new data dir founding the cluster
+	joining                      // a new data dir joining a running cluster
+)
+
+// initIdentity reads the data dir's identity, or initialises the dir.
+func (s *Server) initIdentity() (startMode, error) {
+	dir := s.cfg.DataDir
+	if err := s.fs.MkdirAll(dir); err != nil {
+		return 0, fmt.Errorf("data dir: %w", err)
+	}
+	id, ok, err := loadIdentity(s.fs, dir)
+	if err != nil {
+		return 0, err
+	}
+	if ok {
+		s.ident = id
+		return initialised, id.check(s.cfg.ClusterID, s.cfg.NodeID, dir)
+	}
+	// A data dir from before identities has stream logs: adopt it.
+	var legacy []uint64
+	names, _ := s.fs.List(path.Join(dir, "streams"))
+	for _, name := range names {
+		var g uint64
+		if _, err := fmt.Sscan(name, &g); err == nil && g != 0 {
+			legacy = append(legacy, g)
+		}
+	}
+	s.ident = Identity{ClusterID: s.cfg.ClusterID, NodeID: s.cfg.NodeID, DirID: newDirID(), Streams: legacy}
+	if err := saveIdentity(s.fs, dir, s.ident); err != nil {
+		return 0, fmt.Errorf("data dir: %w", err)
+	}
+	mode := joining
+	switch {
+	case len(legacy) > 0:
+		mode = initialised
+	case s.cfg.InitialClusterState == "new":
+		mode = founding
+	}
+	s.log.Info("data dir initialised", "dir", dir, "dir_id", fmt.Sprintf("%016x", s.ident.DirID),
+		"mode", map[startMode]string{initialised: "adopted", founding: "founding a new cluster", joining: "joining a running cluster"}[mode])
+	return mode, nil
+}
+
+// openStream opens a configured stream's log. A stream the data dir never
+// hosted is bootstrapped with its replica set when this server founds the
+// cluster, or when the stream is new to an initialised server; it starts
+// empty, learning its membership from the leader, when the server (or just
+// the stream, join = true) is joining. A stream the data dir hosted whose
+// directory is gone lost its data: the server refuses to start. founding
+// says the group may only start once every founding replica is known (see
+// hostWhenFoundersKnown).
+func (s *Server) openStream(sc StreamConfig, mode startMode) (*stream, bool, error) {
+	dir := path.Join(s.cfg.DataDir, "streams", fmt.Sprintf("%d", sc.ID))
+	files, _ := s.fs.List(dir)
+	known := slices.Contains(s.ident.Streams, sc.ID)
+	if known && len(files) == 0 {
+		return nil, false, fmt.Errorf("%w: stream %s: its log %s is gone although this data dir hosted it: "+
+			"this server lost its data and must be replaced (docs/operations.md, replacing a server)", ErrIdentity, sc.Name, dir)
+	}
 	l, err := storage.Open(storage.Options{
 		FS:             s.fs,
 		Dir:            dir,
@@ -113,30 +218,182 @@ func (s *Server) openStream(sc StreamConfig) error {
 		Logger:         s.log.With("stream", sc.Name),
 	})
 	if err != nil {
-		return fmt.Errorf("stream %s: %w", sc.Name, err)
-	}
-	if _, cs, err := l.InitialState(); err == nil && len(cs.GetVoters()) == 0 && !sc.Join {
-		if err := l.Bootstrap(&raftpb.ConfState{Voters: sc.Replicas}); err != nil {
-			_ = l.Close()
-			return fmt.Errorf("stream %s: bootstrap: %w", sc.Name, err)
-		}
-	}
-	if err := s.host.AddGroup(sc.ID, l); err != nil {
-		_ = l.Close()
-		return fmt.Errorf("stream %s: %w", sc.Name, err)
+		return nil, false, fmt.Errorf("stream %s: %w", sc.Name, err)
 	}
 	st := &stream{cfg: sc, log: l}
+	s.mu.Lock()
+	s.opened = append(s.opened, st)
+	s.mu.Unlock()
+	if !known {
+		s.ident.Streams = append(s.ident.Streams, sc.ID)
+		if mode != joining && !sc.Join {
+			if err := l.Bootstrap(&raftpb.ConfState{Voters: sc.Replicas}); err != nil {
+				return nil, false, fmt.Errorf("stream %s: bootstrap: %w", sc.Name, err)
+			}
+			s.log.Info("stream bootstrapped", "stream", sc.Name, "group", sc.ID, "voters", sc.Replicas)
+		} else {
+			s.log.Info("stream joining: it waits to be added to the group's membership", "stream", sc.Name, "group", sc.ID)
+		}
+	}
+	// A log still at its bootstrap has never replicated: it may only vote
+	// once every founding replica's data dir is known (see peerDirs).
+	last, _ := l.LastIndex()
+	_, cs, _ := l.InitialState()
+	return st, last <= 1 && len(cs.GetVoters()) > 0, nil
+}
+
+// hostStream starts the stream's Raft group.
+func (s *Server) hostStream(st *stream) error {
+	sc, l := st.cfg, st.log
+	_, cs, err := l.InitialState()
+	if err != nil {
+		return fmt.Errorf("stream %s: %w", sc.Name, err)
+	}
+	s.mu.Lock()
+	s.members[sc.ID] = cs
+	s.mu.Unlock()
+	if err := s.host.AddGroup(sc.ID, l); err != nil {
+		return fmt.Errorf("stream %s: %w", sc.Name, err)
+	}
 	s.mu.Lock()
 	s.streams[sc.Name] = st
 	s.byGroup[sc.ID] = st
 	s.mu.Unlock()
-	s.log.Info("stream opened", "stream", sc.Name, "group", sc.ID, "replicas", sc.Replicas,
+	s.log.Info("stream opened", "stream", sc.Name, "group", sc.ID, "voters", cs.GetVoters(), "learners", cs.GetLearners(),
 		"start_offset", l.StartOffset(), "end_offset", l.EndOffset())
 	return nil
 }
 
+// hostWhenFoundersKnown starts a group that has never replicated once the
+// data dir of every founding replica is known: a founder that lost its
+// disk before another founder ever heard from it would otherwise be
+// trusted with a vote it no longer remembers. A new cluster starts when
+// all its founding servers are up.
+func (s *Server) hostWhenFoundersKnown(st *stream) {
+	defer s.wg.Done()
+	_, cs, _ := st.log.InitialState()
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
+	warned := time.Now()
+	for {
+		var missing []uint64
+		for _, id := range cs.GetVoters() {
+			if id != s.cfg.NodeID && !s.peerDirs.known(id) {
+				missing = append(missing, id)
+			}
+		}
+		if len(missing) == 0 {
+			if err := s.hostStream(st); err != nil && s.ctx.Err() == nil {
+				s.log.Error("cannot start stream", "stream", st.cfg.Name, "err", err)
+			}
+			return
+		}
+		if time.Since(warned) > 10*time.Second {
+			warned = time.Now()
+			s.log.Warn("new stream waits for its founding replicas to connect (all must be up to found it)",
+				"stream", st.cfg.Name, "missing", missing)
+		}
+		select {
+		case <-s.ctx.Done():
+			return
+		case <-tick.C:
+		}
+	}
+}
+
+// memberContext is what a membership change proposed through the admin
+// API carries: the data dir of the server it adds or promotes, so every
+// replica knows it (peerDirs) before that server can vote.
+type memberContext struct {
+	Node  uint64 `json:"node"`
+	DirID uint64 `json:"dir_id"`
+}
+
+// onMembership is told every membership change a hosted group applies (on
+// the Host's loop: the bookkeeping runs on dirOps, in order).
+func (s *Server) onMembership(group uint64, cs *raftpb.ConfState, context []byte) {
+	var mc memberContext
+	if len(context) > 0 && json.Unmarshal(context, &mc) != nil {
+		mc = memberContext{}
+	}
+	s.mu.Lock()
+	before := s.allMembersLocked()
+	s.members[group] = cs
+	after := s.allMembersLocked()
+	s.mu.Unlock()
+	var gone []uint64
+	for _, id := range before {
+		if !slices.Contains(after, id) && id != s.cfg.NodeID {
+			gone = append(gone, id)
+		}
+	}
+	select {
+	case s.dirOps <- func() { s.updatePeerDirs(mc, gone) }:
+	case <-s.ctx.Done():
+	}
+}
+
+// updatePeerDirs records the data dir a membership change names, and
+// forgets those of servers no hosted group has any more (one that comes
+// back must be added again, with whatever data dir it has then).
+func (s *Server) updatePeerDirs(mc memberContext, gone []uint64) {
+	for _, id := range gone {
+		if err := s.peerDirs.forget(id); err != nil {
+			s.log.Error("cannot forget a removed server's data dir", "node", id, "err", err)
+		} else {
+			s.log.Info("server left every group here; its data dir is forgotten", "node", id)
+		}
+	}
+	if mc.Node != 0 && mc.Node != s.cfg.NodeID && mc.DirID != 0 {
+		if err := s.peerDirs.set(mc.Node, mc.DirID); err != nil {
+			s.log.Error("cannot record a new member's data dir", "node", mc.Node, "err", err)
+		}
+	}
+}
+
+func (s *Server) runDirOps() {
+	defer s.wg.Done()
+	for {
+		select {
+		case f := <-s.dirOps:
+			f()
+		case <-s.ctx.Done():
+			return
+		}
+	}
+}
+
+// allMembersLocked is every voter and learner of the hosted groups.
+func (s *Server) allMembersLocked() []uint64 {
+	var ids []uint64
+	for _, cs := range s.members {
+		for _, id := range append(slices.Clone(cs.GetVoters()), cs.GetLearners()...) {
+			if !slices.Contains(ids, id) {
+				ids = append(ids, id)
+			}
+		}
+	}
+	slices.Sort(ids)
+	return ids
+}
+
+// membership returns a hosted group's voters and learners.
+func (s *Server) membership(group uint64) (voters, learners []uint64, ok bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	cs, ok := s.members[group]
+	if !ok {
+		return nil, nil, false
+	}
+	return slices.Clone(cs.GetVoters()), slices.Clone(cs.GetLearners()), true
+}
+
 // Host returns the Raft host.
 func (s *Server) Host() *raftnode.Host { return s.host }
+
+// Failed is closed when the server fail-stopped (storage, a raft
+// invariant): the process must exit and be restarted.
+func (s *Server) Failed() <-chan struct{} { return s.host.Failed() }
 
 // Propose appends Kafka batches to a stream through Raft and waits.
 func (s *Server) Propose(ctx context.Context, name string, batches []byte) (raftnode.Result, error) {
@@ -157,6 +414,13 @@ func (s *Server) stream(name string) (*stream, bool) {
 // Close stops everything and closes the logs. Pending produces end with an
 // unknown outcome for their clients.
 func (s *Server) Close() error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil
+	}
+	s.closed = true
+	s.mu.Unlock()
 	s.cancel()
 	var errs []error
 	if s.admin != nil {
@@ -173,31 +437,19 @@ func (s *Server) Close() error {
 	if s.host != nil {
 		s.host.Stop()
 	}
+	s.wg.Wait()
 	s.mu.Lock()
-	for _, st := range s.streams {
-		errs = append(errs, st.log.Close())
+	for _, st := range s.opened {
+		if err := st.log.Close(); err != nil && !errors.Is(err, storage.ErrClosed) {
+			errs = append(errs, err)
+		}
 	}
 	s.streams = map[string]*stream{}
 	s.mu.Unlock()
 	return errors.Join(errs...)
 }
 
-func peerIDs(peers []Peer) []uint64 {
-	ids := make([]uint64, len(peers))
-	for i, p := range peers {
-		ids[i] = p.ID
-	}
-	return ids
-}
-
-func containsID(ids []uint64, id uint64) bool {
-	for _, x := range ids {
-		if x == id {
-			return true
-		}
-	}
-	return false
-}
+func containsID(ids []uint64, id uint64) bool { return slices.Contains(ids, id) }
 
 func clusterHash(id string) uint64 {
 	h := fnv.New64a()

@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -42,7 +43,7 @@ func newTestCluster(t *testing.T, segment int64) *testCluster {
 		c.cfgs = append(c.cfgs, Config{
 			NodeID: p.ID, ClusterID: "test", DataDir: filepath.Join(dir, fmt.Sprint(p.ID)),
 			KafkaListen: p.Kafka, RaftListen: p.Raft, AdminListen: p.Admin,
-			Peers: peers, Streams: []StreamConfig{{Name: "s", ID: 1}},
+			Peers: peers, Streams: []StreamConfig{{Name: "s", ID: 1}}, InitialClusterState: "new",
 			Raft:    RaftConfig{TickMillis: 20},
 			Storage: StorageConfig{SegmentBytes: segment},
 		})
@@ -193,4 +194,36 @@ func TestConfigErrorsNameTheProblem(t *testing.T) {
 	require.NoError(t, os.WriteFile(path, []byte("node_id = 1\nnode_idd = 2\n"), 0o644))
 	_, err := LoadConfig(path)
 	require.ErrorContains(t, err, "unknown keys: node_idd")
+}
+
+// TestFailStopStopsAdvertising: a server whose storage failed stops at once
+// advertising leadership (metadata from it names no leader, nothing is
+// readable), says so on Failed, and the others serve.
+func TestFailStopStopsAdvertising(t *testing.T) {
+	c := newTestCluster(t, 0)
+	require.Eventually(t, func() bool { return c.leader() >= 0 }, 20*time.Second, 20*time.Millisecond)
+	produceValues(t, c.brokers(), "a", 10)
+	l := c.leader()
+	s := c.servers[l]
+	s.Host().FailStop(errors.New("injected: fsync failed"))
+	select {
+	case <-s.Failed():
+	case <-time.After(5 * time.Second):
+		t.Fatal("Failed is not closed after a fail-stop")
+	}
+	leader, _ := s.Host().Leader(1)
+	require.Zero(t, leader, "a failed server names no leader")
+	require.False(t, s.Host().Readable(1))
+	info, ok := NewBackend(s.host, catalog{s}).Stream("s")
+	require.True(t, ok)
+	require.Equal(t, int32(-1), info.Leader, "metadata from a failed server names no leader")
+	require.ErrorContains(t, s.Host().Err(), "injected: fsync failed")
+
+	var others []string
+	for i, cfg := range c.cfgs {
+		if i != l {
+			others = append(others, cfg.KafkaListen)
+		}
+	}
+	produceValues(t, others, "b", 10)
 }

@@ -6,6 +6,7 @@ import (
 	"hash/crc32"
 	"math/rand/v2"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kmsg"
@@ -195,6 +196,11 @@ func (c *client) produce() {
 	c.nextVal++
 	value := fmt.Sprintf("c%d-%d", c.id, c.nextVal)
 	s := c.s
+	if s.w.bug.fire(c.r, "client.oversized", 0.03) {
+		// More than one Raft entry may hold: refused with MESSAGE_TOO_LARGE.
+		value += "-" + strings.Repeat("x", int(s.coreCfg.MaxEntryBytes))
+		s.w.faults["oversized-produce"]++
+	}
 	timeout := int32(durn(c.r, 300*time.Millisecond, 1500*time.Millisecond) / time.Millisecond)
 	if s.w.bug.fire(c.r, "client.short-timeout", 0.5) {
 		timeout = int32(durn(c.r, 30*time.Millisecond, 150*time.Millisecond) / time.Millisecond)
@@ -308,9 +314,11 @@ func (c *client) handle(cc *cconn, q *creq, resp kmsg.Response) {
 				s.progress[c.stream] = true
 			}
 		} else {
-			// NOT_LEADER, timeouts, backpressure: the outcome is unknown to
-			// the client (the checker must not treat them as failures).
-			q.h.Info(fmt.Sprintf("error %d", p.ErrorCode), true)
+			// Refusals before anything was written are definite failures;
+			// NOT_LEADER and timeouts leave the outcome unknown (the checker
+			// must not treat them as failures). Either way the error
+			// poisons the connection (checker.OKAfterFailure).
+			q.h.Error(p.ErrorCode, definiteProduceError(p.ErrorCode))
 		}
 	case *kmsg.FetchResponse:
 		c.fetching = false
@@ -339,6 +347,17 @@ func (c *client) handle(cc *cconn, q *creq, resp kmsg.Response) {
 			c.finalDone = true
 		}
 	}
+}
+
+// definiteProduceError reports the produce error codes VDL answers only
+// for requests it refused before proposing them: nothing was written.
+func definiteProduceError(code int16) bool {
+	switch code {
+	case 2, 3, 10, 17, 19, 21, 56, 76: // CORRUPT_MESSAGE, UNKNOWN_TOPIC, MESSAGE_TOO_LARGE, INVALID_TOPIC,
+		// NOT_ENOUGH_REPLICAS (backpressure), INVALID_REQUIRED_ACKS, KAFKA_STORAGE_ERROR, UNSUPPORTED_COMPRESSION
+		return true
+	}
+	return false
 }
 
 // close is the client closing the connection (timeout, wrong leader).

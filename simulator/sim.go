@@ -164,7 +164,9 @@ func newSim(cfg Config) (*Sim, error) {
 	if w.bug.enabled("storage.tiny-segments") {
 		s.segmentSize = 2 << 10
 	}
-	s.coreCfg = raftnode.Config{ElectionTick: 10, HeartbeatTick: 1}
+	// Entries are bounded small, so oversized produces (BUGGIFY) are cheap.
+	s.coreCfg = raftnode.Config{ElectionTick: 10, HeartbeatTick: 1, MaxEntryBytes: 64 << 10}
+	s.kafkaCfg.MaxRecordSetBytes = int(s.coreCfg.MaxEntryBytes) - 1
 	if w.bug.enabled("core.small-messages") {
 		s.coreCfg.MaxSizePerMsg, s.coreCfg.MaxInflightMsgs = 300, 2
 	}

@@ -176,6 +176,7 @@ var buggifySites = []string{
 	"core.sync-writes",        // raft's synchronous storage writes mode
 	"core.low-uncommitted",    // tiny uncommitted budget: backpressure errors
 	"disk.slow-snapshot-copy", // snapshot copies sometimes start 0.2-1.5s late
+	"client.oversized",        // produces sometimes exceed the maximum entry: MESSAGE_TOO_LARGE
 }
 
 func newBuggify(r *rand.Rand, enabled bool) *buggify {

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net"
 	"net/http"
@@ -11,10 +12,13 @@ import (
 	"os/signal"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
+
+	"github.com/vdl-project/vdl/server"
 )
 
 func devCmd() *cobra.Command {
@@ -67,30 +71,17 @@ func runDev(ctx context.Context, dir, profile string, base int) error {
 	if err != nil {
 		return err
 	}
-	var procs []*exec.Cmd
-	defer func() {
-		for _, p := range procs {
-			_ = p.Process.Signal(syscall.SIGTERM)
-		}
-		for _, p := range procs {
-			_ = p.Wait()
-		}
-	}()
+	sup := &supervisor{ctx: ctx}
+	defer sup.stop()
 	for _, n := range nodes {
 		cfgPath := filepath.Join(dir, fmt.Sprintf("node%d.toml", n.id))
 		if err := os.WriteFile(cfgPath, []byte(devConfig(n, nodes, dir, profile)), 0o644); err != nil {
 			return err
 		}
-		logf, err := os.Create(filepath.Join(dir, fmt.Sprintf("node%d.log", n.id)))
-		if err != nil {
+		logPath := filepath.Join(dir, fmt.Sprintf("node%d.log", n.id))
+		if err := sup.start(n.id, logPath, exe, "server", "--config", cfgPath); err != nil {
 			return err
 		}
-		p := exec.Command(exe, "server", "--config", cfgPath)
-		p.Stdout, p.Stderr = logf, logf
-		if err := p.Start(); err != nil {
-			return fmt.Errorf("start node %d: %w", n.id, err)
-		}
-		procs = append(procs, p)
 	}
 	leader, err := waitDevLeader(ctx, nodes, "demo", 30*time.Second)
 	if err != nil {
@@ -122,6 +113,9 @@ Ctrl-C stops the cluster (data is kept; rm -rf %s starts afresh).
 func devConfig(n devNode, nodes []devNode, dir, profile string) string {
 	var sb strings.Builder
 	fmt.Fprintf(&sb, "node_id = %d\ncluster_id = \"vdl-dev\"\ndata_dir = %q\nprofile = %q\n", n.id, filepath.Join(dir, fmt.Sprintf("node%d", n.id)), profile)
+	// The three servers found the cluster on first start; an initialised
+	// data dir ignores this (a wiped one must be replaced: docs/operations.md).
+	sb.WriteString("initial_cluster_state = \"new\"\n")
 	fmt.Fprintf(&sb, "kafka_listen = %q\nraft_listen = %q\nadmin_listen = %q\n\n", n.kafka, n.raft, n.admin)
 	for _, p := range nodes {
 		fmt.Fprintf(&sb, "[[peers]]\nid = %d\nraft = %q\nkafka = %q\nadmin = %q\n\n", p.id, p.raft, p.kafka, p.admin)
@@ -163,4 +157,66 @@ func waitDevLeader(ctx context.Context, nodes []devNode, name string, timeout ti
 		}
 	}
 	return 0, fmt.Errorf("stream %q has no leader after %s", name, timeout)
+}
+
+// supervisor runs the dev servers and restarts one that fail-stops (exit
+// status server.ExitFailStop), as a process supervisor would in production.
+type supervisor struct {
+	ctx   context.Context
+	mu    sync.Mutex
+	procs map[int]*exec.Cmd
+	wg    sync.WaitGroup
+}
+
+func (s *supervisor) start(id int, logPath, exe string, args ...string) error {
+	logf, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return err
+	}
+	p := exec.Command(exe, args...)
+	p.Stdout, p.Stderr = logf, logf
+	if err := p.Start(); err != nil {
+		logf.Close()
+		return fmt.Errorf("start node %d: %w", id, err)
+	}
+	s.mu.Lock()
+	if s.procs == nil {
+		s.procs = map[int]*exec.Cmd{}
+	}
+	s.procs[id] = p
+	s.mu.Unlock()
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		err := p.Wait()
+		logf.Close()
+		if s.ctx.Err() != nil {
+			return
+		}
+		var ee *exec.ExitError
+		if errors.As(err, &ee) && ee.ExitCode() == server.ExitFailStop {
+			fmt.Printf("node %d fail-stopped (see %s); restarting it\n", id, logPath)
+			select {
+			case <-s.ctx.Done():
+				return
+			case <-time.After(time.Second):
+			}
+			if err := s.start(id, logPath, exe, args...); err != nil {
+				fmt.Printf("node %d: %v\n", id, err)
+			}
+			return
+		}
+		fmt.Printf("node %d exited (%v); see %s\n", id, err, logPath)
+	}()
+	return nil
+}
+
+// stop ends every server and waits for them.
+func (s *supervisor) stop() {
+	s.mu.Lock()
+	for _, p := range s.procs {
+		_ = p.Process.Signal(syscall.SIGTERM)
+	}
+	s.mu.Unlock()
+	s.wg.Wait()
 }

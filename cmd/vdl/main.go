@@ -3,12 +3,14 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"os"
 
 	"github.com/spf13/cobra"
 
 	"github.com/vdl-project/vdl/failpoints"
+	"github.com/vdl-project/vdl/server"
 )
 
 func main() {
@@ -25,6 +27,9 @@ func main() {
 	root.AddCommand(serverCmd(), devCmd())
 	if err := root.Execute(); err != nil {
 		fmt.Fprintln(os.Stderr, "vdl:", err)
+		if errors.Is(err, server.ErrFailStop) {
+			os.Exit(server.ExitFailStop)
+		}
 		os.Exit(1)
 	}
 }

@@ -16,6 +16,7 @@ import (
 
 func serverCmd() *cobra.Command {
 	var configPath string
+	var bootstrap bool
 	var o server.Config
 	cmd := &cobra.Command{
 		Use:   "server --config FILE",
@@ -51,6 +52,9 @@ func serverCmd() *cobra.Command {
 			if f.Changed("log-level") {
 				cfg.Log.Level = o.Log.Level
 			}
+			if bootstrap {
+				cfg.InitialClusterState = "new"
+			}
 			logger := newLogger(cfg.Log).With("node", cfg.NodeID)
 			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
@@ -66,6 +70,7 @@ func serverCmd() *cobra.Command {
 	f.StringVar(&o.AdminListen, "admin-listen", "", "override admin_listen")
 	f.StringVar(&o.Profile, "profile", "", "override profile (modern or kafka-0.10)")
 	f.StringVar(&o.Log.Level, "log-level", "", "override log level")
+	f.BoolVar(&bootstrap, "bootstrap", false, "found a new cluster on an empty data dir (initial_cluster_state = \"new\")")
 	return cmd
 }
 

@@ -47,9 +47,28 @@ func adminDo(method, u string) ([]byte, error) {
 	defer resp.Body.Close()
 	body, _ := io.ReadAll(io.LimitReader(resp.Body, 16<<20))
 	if resp.StatusCode/100 != 2 {
-		return nil, fmt.Errorf("%s %s: %s: %s", method, u, resp.Status, strings.TrimSpace(string(body)))
+		msg := strings.TrimSpace(string(body))
+		var e struct {
+			Error string `json:"error"`
+		}
+		if json.Unmarshal(body, &e) == nil && e.Error != "" {
+			msg = e.Error
+		}
+		return nil, fmt.Errorf("%s %s: %s: %s", method, u, resp.Status, msg)
 	}
 	return body, nil
+}
+
+// printResult prints an admin answer: its "result" line if it has one.
+func printResult(a *app, body []byte) {
+	var r struct {
+		Result string `json:"result"`
+	}
+	if json.Unmarshal(body, &r) == nil && r.Result != "" {
+		fmt.Fprintln(a.stdout, r.Result)
+		return
+	}
+	_, _ = a.stdout.Write(body)
 }
 
 func newStatusCmd(a *app) *cobra.Command {
@@ -118,8 +137,8 @@ func newStreamCmd(a *app) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			_, err = a.stdout.Write(body)
-			return err
+			printResult(a, body)
+			return nil
 		},
 	}
 	retain.Flags().Int64Var(&before, "before", 0, "offset below which whole segments are deleted")
@@ -136,8 +155,8 @@ func newStreamCmd(a *app) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			_, err = a.stdout.Write(body)
-			return err
+			printResult(a, body)
+			return nil
 		},
 	}
 	transfer.Flags().Uint64Var(&to, "to", 0, "node id of the new leader")

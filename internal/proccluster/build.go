@@ -33,6 +33,14 @@ var (
 	// Failpoint is the failpoint build (scripts/build-failpoint.sh,
 	// docs/failpoints.md): markers live, the admin control plane mounted.
 	Failpoint = &Binary{build: buildFailpoint}
+	// Vdlctl is the admin CLI (go build ./cmd/vdlctl).
+	Vdlctl = &Binary{build: func(dir string) (string, error) {
+		root, err := ModuleRoot()
+		if err != nil {
+			return "", err
+		}
+		return goBuildCmd(root, filepath.Join(dir, "vdlctl"), "vdlctl")
+	}}
 )
 
 // Build builds the binary on first use and returns its path.
@@ -134,12 +142,15 @@ func fileExists(p string) bool {
 // GoBuild builds ./cmd/vdl of the module in srcDir into outDir/vdl with a
 // plain go build (the production build; failpointtest also builds a copy of
 // the tree with the markers stripped this way).
-func GoBuild(srcDir, outDir string) (string, error) {
-	bin := filepath.Join(outDir, "vdl")
-	cmd := exec.Command(goTool(), "build", "-o", bin, "./cmd/vdl")
+func GoBuild(srcDir, outDir string) (string, error) { return goBuildCmd(srcDir, outDir, "vdl") }
+
+// goBuildCmd builds ./cmd/<name> of the module in srcDir into outDir/<name>.
+func goBuildCmd(srcDir, outDir, name string) (string, error) {
+	bin := filepath.Join(outDir, name)
+	cmd := exec.Command(goTool(), "build", "-o", bin, "./cmd/"+name)
 	cmd.Dir = srcDir
 	if out, err := cmd.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("go build ./cmd/vdl in %s: %v\n%s", srcDir, err, out)
+		return "", fmt.Errorf("go build ./cmd/%s in %s: %v\n%s", name, srcDir, err, out)
 	}
 	return bin, nil
 }

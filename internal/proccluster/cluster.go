@@ -57,6 +57,14 @@ type Node struct {
 	waitErr  error
 	expected bool // the harness stopped or killed it, or the test waits for its exit
 	starts   int
+	joining  bool // its config says initial_cluster_state = "existing"
+}
+
+func (n *Node) initialState() string {
+	if n.joining {
+		return "existing"
+	}
+	return "new"
 }
 
 // Cluster is the server processes of one test.
@@ -145,6 +153,7 @@ func (c *Cluster) writeConfigs() {
 func (c *Cluster) config(n *Node) string {
 	var sb strings.Builder
 	fmt.Fprintf(&sb, "node_id = %d\ncluster_id = \"vdl-test\"\ndata_dir = %q\nprofile = %q\n", n.ID, n.DataDir, c.opts.Profile)
+	fmt.Fprintf(&sb, "initial_cluster_state = %q\n", n.initialState())
 	fmt.Fprintf(&sb, "kafka_listen = %q\nraft_listen = %q\nadmin_listen = %q\n\n", n.Kafka, n.Raft, n.Admin)
 	fmt.Fprintf(&sb, "[raft]\ntick_ms = %d\n\n", c.opts.TickMillis)
 	if c.opts.SegmentBytes > 0 || c.opts.TailCacheBytes > 0 {
@@ -242,6 +251,24 @@ func (c *Cluster) StartNode(id uint64, env ...string) {
 		}
 		close(exited)
 	}()
+}
+
+// Wipe deletes a stopped node's data dir (a replaced disk) and makes its
+// configuration say initial_cluster_state = state ("new" or "existing").
+func (c *Cluster) Wipe(id uint64, state string) {
+	c.tb.Helper()
+	n := c.Node(id)
+	if n.Running() {
+		c.tb.Fatalf("node %d is running", id)
+	}
+	if err := os.RemoveAll(n.DataDir); err != nil {
+		c.tb.Fatal(err)
+	}
+	n.joining = state == "existing"
+	if err := os.WriteFile(n.ConfigPath, []byte(c.config(n)), 0o644); err != nil {
+		c.tb.Fatal(err)
+	}
+	c.tb.Logf("wiped node %d's data dir (initial_cluster_state = %q)", id, state)
 }
 
 // Node returns the node with id.

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -105,14 +106,26 @@ func (c *Cluster) WaitLeader(stream string, timeout time.Duration) uint64 {
 	return c.WaitLeaderServing(stream, timeout, func(leader uint64) error { return c.kafkaLeaderIs(stream, leader) })
 }
 
+// WaitLeaderAmong is WaitLeader asking only the given nodes (others may be
+// cut off: a wiped server its peers refuse, say).
+func (c *Cluster) WaitLeaderAmong(stream string, timeout time.Duration, ids ...uint64) uint64 {
+	c.tb.Helper()
+	return c.waitLeader(stream, timeout, ids, func(leader uint64) error { return c.kafkaLeaderIs(stream, leader) })
+}
+
 // WaitLeaderServing is WaitLeader with another test of "serving" (a probe
 // produce, where the test's assertions tolerate an extra record).
 func (c *Cluster) WaitLeaderServing(stream string, timeout time.Duration, serves func(leader uint64) error) uint64 {
 	c.tb.Helper()
+	return c.waitLeader(stream, timeout, nil, serves)
+}
+
+func (c *Cluster) waitLeader(stream string, timeout time.Duration, ids []uint64, serves func(leader uint64) error) uint64 {
+	c.tb.Helper()
 	deadline := time.Now().Add(timeout)
 	var why string
 	for time.Now().Before(deadline) {
-		leader, reason := c.agreedLeader(stream)
+		leader, reason := c.agreedLeader(stream, ids)
 		if leader != 0 {
 			err := serves(leader)
 			if err == nil {
@@ -127,13 +140,12 @@ func (c *Cluster) WaitLeaderServing(stream string, timeout time.Duration, serves
 	return 0
 }
 
-// agreedLeader returns the leader that the running healthy nodes agree on
-// and that calls itself leader, or 0 and why not. A node whose log failed
-// (/health 503) has no say: it stays up but no longer follows.
-func (c *Cluster) agreedLeader(stream string) (uint64, string) {
+// agreedLeader returns the leader that the running healthy nodes (of ids,
+// if given) agree on and that calls itself leader, or 0 and why not.
+func (c *Cluster) agreedLeader(stream string, ids []uint64) (uint64, string) {
 	var leader uint64
 	for _, n := range c.Nodes {
-		if !n.Running() || c.Health(n.ID) != http.StatusOK {
+		if !n.Running() || c.Health(n.ID) != http.StatusOK || (ids != nil && !slices.Contains(ids, n.ID)) {
 			continue
 		}
 		s, err := c.StreamStatus(n.ID, stream)

@@ -113,25 +113,18 @@ func (t *Transport) serve(c net.Conn) {
 	}
 }
 
-// acceptHandshake validates the dialer's handshake and answers it. It returns
-// the sender's node id (as claimed, for logging, even on error).
+// acceptHandshake validates the dialer's handshake and answers it: with
+// our own, or with a rejection naming the reason. It returns the sender's
+// node id (as claimed, for logging, even on error).
 func (t *Transport) acceptHandshake(c net.Conn) (uint64, error) {
 	_ = c.SetDeadline(time.Now().Add(t.cfg.HandshakeTimeout))
 	hs, err := readHandshake(c)
 	if err != nil {
 		return 0, err
 	}
-	switch {
-	case hs.Version != protocolVersion:
-		return hs.From, fmt.Errorf("unsupported protocol version %d (we speak %d)", hs.Version, protocolVersion)
-	case hs.ClusterID != t.cfg.ClusterID:
-		return hs.From, fmt.Errorf("cluster id mismatch: peer is in cluster %d, we are in %d", hs.ClusterID, t.cfg.ClusterID)
-	case hs.To != t.cfg.NodeID:
-		return hs.From, fmt.Errorf("stream is addressed to node %d but this is node %d (mis-wired address book?)", hs.To, t.cfg.NodeID)
-	case hs.From == t.cfg.NodeID || hs.From == 0:
-		return hs.From, fmt.Errorf("invalid sender node id %d", hs.From)
-	case (*t.peers.Load())[hs.From] == nil:
-		return hs.From, fmt.Errorf("unknown sender node %d (not in the address book)", hs.From)
+	if err := t.checkHandshake(hs); err != nil {
+		_, _ = c.Write(rejection(t.cfg.ClusterID, t.cfg.NodeID, hs.From, err.Error()))
+		return hs.From, err
 	}
 	reply := handshake{
 		Version:   protocolVersion,
@@ -139,12 +132,32 @@ func (t *Transport) acceptHandshake(c net.Conn) (uint64, error) {
 		From:      t.cfg.NodeID,
 		To:        hs.From,
 		MaxFrame:  uint32(t.cfg.MaxFrameBytes),
+		DirID:     t.cfg.DirID,
 	}
 	if _, err := c.Write(reply.marshal()); err != nil {
 		return hs.From, fmt.Errorf("writing handshake answer: %w", err)
 	}
 	_ = c.SetDeadline(time.Time{})
 	return hs.From, nil
+}
+
+func (t *Transport) checkHandshake(hs handshake) error {
+	switch {
+	case hs.Version != protocolVersion:
+		return fmt.Errorf("unsupported protocol version %d (we speak %d)", hs.Version, protocolVersion)
+	case hs.ClusterID != t.cfg.ClusterID:
+		return fmt.Errorf("cluster id mismatch: peer is in cluster %d, we are in %d", hs.ClusterID, t.cfg.ClusterID)
+	case hs.To != t.cfg.NodeID:
+		return fmt.Errorf("stream is addressed to node %d but this is node %d (mis-wired address book?)", hs.To, t.cfg.NodeID)
+	case hs.From == t.cfg.NodeID || hs.From == 0:
+		return fmt.Errorf("invalid sender node id %d", hs.From)
+	case (*t.peers.Load())[hs.From] == nil:
+		return fmt.Errorf("unknown sender node %d (not in the address book)", hs.From)
+	}
+	if t.cfg.CheckPeer != nil {
+		return t.cfg.CheckPeer(hs.From, hs.DirID)
+	}
+	return nil
 }
 
 // readLoop reads frames from peer p until an error, and hands each message to

@@ -16,16 +16,19 @@ import (
 //
 // Handshake, sent once by the dialer right after connecting, and answered by
 // the acceptor with the same structure (From/To swapped) if it accepts the
-// stream; a rejected stream is closed without an answer.
+// stream. A rejected stream is answered with the rejected flag and a reason
+// (u16 length, then that many bytes of text, at most maxReasonLen), then
+// closed.
 //
 //	offset size field
 //	0      4    magic "VDLR"
-//	4      2    protocol version (1)
-//	6      2    flags (reserved, 0)
+//	4      2    protocol version (2)
+//	6      2    flags: 1 = rejected (a reason follows)
 //	8      8    cluster id
 //	16     8    from: node id of the sender of this handshake
 //	24     8    to: node id the sender believes it is talking to
 //	32     4    max frame bytes the sender of this handshake accepts
+//	36     8    data dir id of the sender (see Config.DirID)
 //
 // After the handshake the dialer sends frames; the stream is one-way (the
 // acceptor never writes after its handshake answer). Each frame is
@@ -40,8 +43,10 @@ import (
 // L must be in [16, MaxFrameBytes]; the receiver checks it before allocating.
 const (
 	handshakeMagic   = "VDLR"
-	protocolVersion  = 1
-	handshakeLen     = 36
+	protocolVersion  = 2
+	handshakeLen     = 44
+	flagRejected     = 1
+	maxReasonLen     = 1024
 	frameHeaderLen   = 8  // length + crc
 	framePrefixLen   = 16 // group + from, covered by the crc
 	frameOverheadLen = frameHeaderLen + framePrefixLen
@@ -56,6 +61,7 @@ type handshake struct {
 	From      uint64
 	To        uint64
 	MaxFrame  uint32
+	DirID     uint64
 }
 
 func (h handshake) marshal() []byte {
@@ -67,7 +73,29 @@ func (h handshake) marshal() []byte {
 	binary.BigEndian.PutUint64(b[16:], h.From)
 	binary.BigEndian.PutUint64(b[24:], h.To)
 	binary.BigEndian.PutUint32(b[32:], h.MaxFrame)
+	binary.BigEndian.PutUint64(b[36:], h.DirID)
 	return b
+}
+
+// rejection is the answer to a handshake that is refused.
+func rejection(clusterID, from, to uint64, reason string) []byte {
+	if len(reason) > maxReasonLen {
+		reason = reason[:maxReasonLen]
+	}
+	b := handshake{Version: protocolVersion, Flags: flagRejected, ClusterID: clusterID, From: from, To: to}.marshal()
+	b = binary.BigEndian.AppendUint16(b, uint16(len(reason)))
+	return append(b, reason...)
+}
+
+// readReason reads the reason that follows a rejected handshake.
+func readReason(r io.Reader) string {
+	var n [2]byte
+	if _, err := io.ReadFull(r, n[:]); err != nil {
+		return "(no reason given)"
+	}
+	b := make([]byte, min(int(binary.BigEndian.Uint16(n[:])), maxReasonLen))
+	k, _ := io.ReadFull(r, b)
+	return string(b[:k])
 }
 
 // readHandshake reads one handshake. The magic is checked before the rest is
@@ -90,6 +118,7 @@ func readHandshake(r io.Reader) (handshake, error) {
 		From:      binary.BigEndian.Uint64(b[16:]),
 		To:        binary.BigEndian.Uint64(b[24:]),
 		MaxFrame:  binary.BigEndian.Uint32(b[32:]),
+		DirID:     binary.BigEndian.Uint64(b[36:]),
 	}, nil
 }
 

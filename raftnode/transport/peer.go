@@ -329,6 +329,7 @@ func (p *peer) dial(addr string) (net.Conn, error) {
 		From:      cfg.NodeID,
 		To:        p.id,
 		MaxFrame:  uint32(cfg.MaxFrameBytes),
+		DirID:     cfg.DirID,
 	}
 	if _, err := c.Write(hs.marshal()); err != nil {
 		return fail(fmt.Errorf("writing handshake: %w", err))
@@ -340,6 +341,9 @@ func (p *peer) dial(addr string) (net.Conn, error) {
 		}
 		return fail(err)
 	}
+	if reply.Flags&flagRejected != 0 {
+		return fail(&RejectedError{Peer: p.id, Reason: readReason(c)})
+	}
 	switch {
 	case reply.Version != protocolVersion:
 		return fail(fmt.Errorf("peer speaks protocol version %d, we speak %d", reply.Version, protocolVersion))
@@ -349,6 +353,11 @@ func (p *peer) dial(addr string) (net.Conn, error) {
 		return fail(fmt.Errorf("address %s is node %d, not node %d", addr, reply.From, p.id))
 	case reply.To != cfg.NodeID:
 		return fail(fmt.Errorf("handshake answer addressed to node %d, we are %d", reply.To, cfg.NodeID))
+	}
+	if cfg.CheckPeer != nil {
+		if err := cfg.CheckPeer(p.id, reply.DirID); err != nil {
+			return fail(err)
+		}
 	}
 	p.maxFrame.Store(min(uint32(cfg.MaxFrameBytes), reply.MaxFrame))
 	_ = c.SetDeadline(time.Time{})

@@ -47,6 +47,13 @@ type Config struct {
 	NodeID uint64
 	// ClusterID must match on both ends of every stream.
 	ClusterID uint64
+	// DirID identifies this server's data dir; it is sent in every
+	// handshake for CheckPeer on the other end.
+	DirID uint64
+	// CheckPeer, if set, accepts or refuses a peer by the data dir id it
+	// presents, on both ends of a stream; the error is the reason sent to
+	// (or reported by) the other end. Called from transport goroutines.
+	CheckPeer func(node, dirID uint64) error
 	// Listener accepts streams from peers; the Transport owns it and closes
 	// it on Close. If nil, ListenAddr is listened on by Start; if both are
 	// empty the Transport only sends.
@@ -91,6 +98,16 @@ type Config struct {
 	MinBackoff, MaxBackoff time.Duration
 	// Rand supplies the backoff jitter; default rng.New(NodeID, "raft-transport").
 	Rand rng.Rand
+}
+
+// RejectedError: a peer refused our stream, for Reason.
+type RejectedError struct {
+	Peer   uint64
+	Reason string
+}
+
+func (e *RejectedError) Error() string {
+	return fmt.Sprintf("node %d refuses our stream: %s", e.Peer, e.Reason)
 }
 
 // PeerStats describes one peer of the address book.

@@ -3,6 +3,7 @@ package transport
 import (
 	"bytes"
 	"encoding/binary"
+	"fmt"
 	"hash/crc32"
 	"io"
 	"net"
@@ -288,7 +289,7 @@ func TestSetAndRemovePeer(t *testing.T) {
 	// b is not in a's book yet: a rejects b's stream.
 	b.Send(1, msg(raftpb.MsgHeartbeat, 2, 1, 0, nil))
 	require.Eventually(t, func() bool { return a.logs.contains("unknown sender node 2") }, waitFor, 5*time.Millisecond)
-	require.Eventually(t, func() bool { return b.logs.contains("handshake rejected by peer") }, waitFor, 5*time.Millisecond)
+	require.Eventually(t, func() bool { return b.logs.contains("node 1 refuses our stream: unknown sender node 2") }, waitFor, 5*time.Millisecond)
 
 	a.SetPeer(2, lb.Addr().String())
 	require.Eventually(t, func() bool {
@@ -331,13 +332,41 @@ func TestClusterIDMismatchRejected(t *testing.T) {
 	require.Eventually(t, func() bool {
 		return b.logs.contains("cluster id mismatch: peer is in cluster 999")
 	}, waitFor, 5*time.Millisecond)
-	require.Eventually(t, func() bool { return a.logs.contains("handshake rejected by peer") }, waitFor, 5*time.Millisecond)
+	require.Eventually(t, func() bool { return a.logs.contains("node 2 refuses our stream: cluster id mismatch") }, waitFor, 5*time.Millisecond)
+	require.Zero(t, b.recv.count())
+}
+
+// A peer that comes back with another data dir (a wiped disk) is refused on
+// both ends of a stream, and told why.
+func TestPeerWithAnotherDataDirRefused(t *testing.T) {
+	checkGoroutines(t)
+	la, lb := listen(t), listen(t)
+	book := map[uint64]string{1: la.Addr().String(), 2: lb.Addr().String()}
+	known := map[uint64]uint64{1: 11, 2: 22}
+	var mu sync.Mutex
+	check := func(node, dir uint64) error {
+		mu.Lock()
+		defer mu.Unlock()
+		if known[node] != dir {
+			return fmt.Errorf("node %d presents data dir %d, known %d", node, dir, known[node])
+		}
+		return nil
+	}
+	a := startNode(t, 1, la, book, func(c *Config) { c.DirID, c.CheckPeer = 11, check })
+	b := startNode(t, 2, lb, book, func(c *Config) { c.DirID, c.CheckPeer = 99, check }) // wiped: was 22
+	a.Send(1, msg(raftpb.MsgHeartbeat, 1, 2, 0, nil))
+	b.Send(1, msg(raftpb.MsgHeartbeat, 2, 1, 0, nil))
+	require.Eventually(t, func() bool {
+		return a.logs.contains("node 2 presents data dir 99, known 22") && b.logs.contains("node 1 refuses our stream: node 2 presents data dir 99, known 22")
+	}, waitFor, 5*time.Millisecond, a.logs.String())
+	require.Zero(t, a.recv.count())
 	require.Zero(t, b.recv.count())
 }
 
 // rawClient connects to n pretending to be node from, with a hand-made
-// handshake; it returns the connection and whether n answered.
-func rawClient(t *testing.T, n *tnode, hs []byte) (net.Conn, bool) {
+// handshake; it returns the connection, whether n accepted the stream and
+// the reason it gave if it refused it.
+func rawClient(t *testing.T, n *tnode, hs []byte) (net.Conn, bool, string) {
 	t.Helper()
 	c, err := net.Dial("tcp", n.addr)
 	require.NoError(t, err)
@@ -347,10 +376,13 @@ func rawClient(t *testing.T, n *tnode, hs []byte) (net.Conn, bool) {
 	_ = c.SetReadDeadline(time.Now().Add(waitFor))
 	reply, err := readHandshake(c)
 	if err != nil {
-		return c, false
+		return c, false, ""
 	}
 	require.Equal(t, n.id, reply.From)
-	return c, true
+	if reply.Flags&flagRejected != 0 {
+		return c, false, readReason(c)
+	}
+	return c, true, ""
 }
 
 // requireClosed asserts the peer closes c.
@@ -392,15 +424,18 @@ func TestProtocolViolationsCloseConnection(t *testing.T) {
 	}{
 		{"garbage", []byte("GET / HTTP/1.1\r\nHost: x\r\n\r\n" + string(make([]byte, 40))), `bad handshake magic \"GET \"`},
 		{"version", handshake{Version: 9, ClusterID: testCluster, From: 1, To: 2}.marshal(), "unsupported protocol version 9"},
-		{"cluster", handshake{Version: 1, ClusterID: 5, From: 1, To: 2}.marshal(), "cluster id mismatch"},
+		{"cluster", handshake{Version: protocolVersion, ClusterID: 5, From: 1, To: 2}.marshal(), "cluster id mismatch"},
 		{"unknown sender", goodHandshake(42, 2), "unknown sender node 42"},
 		{"wrong receiver", goodHandshake(1, 3), "addressed to node 3 but this is node 2"},
 		{"self", goodHandshake(2, 2), "invalid sender node id 2"},
 	}
 	for _, tc := range hsCases {
 		t.Run("handshake/"+tc.name, func(t *testing.T) {
-			c, answered := rawClient(t, b, tc.hs)
-			require.False(t, answered)
+			c, accepted, why := rawClient(t, b, tc.hs)
+			require.False(t, accepted)
+			if tc.name != "garbage" {
+				require.Contains(t, why, tc.reason, "the refusal names the reason")
+			}
 			requireClosed(t, c)
 			require.Eventually(t, func() bool { return b.logs.contains(tc.reason) }, waitFor, 5*time.Millisecond, b.logs.String())
 		})
@@ -430,7 +465,7 @@ func TestProtocolViolationsCloseConnection(t *testing.T) {
 	for _, tc := range frameCases {
 		t.Run("frame/"+tc.name, func(t *testing.T) {
 			before := b.recv.count()
-			c, answered := rawClient(t, b, goodHandshake(1, 2))
+			c, answered, _ := rawClient(t, b, goodHandshake(1, 2))
 			require.True(t, answered)
 			// One good frame first: the stream works until the bad one.
 			_, err := c.Write(rawFrame(1, 1, good))

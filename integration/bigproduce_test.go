@@ -1,0 +1,108 @@
+package integration
+
+import (
+	"encoding/binary"
+	"hash/crc32"
+	"io"
+	"net"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"github.com/twmb/franz-go/pkg/kmsg"
+)
+
+// TestOversizedProduceIsRefused: one partition's record set in one Produce
+// becomes one Raft entry, bounded by max_entry_bytes (8 MiB by default),
+// below the peer transport's frame limit. 40 valid ~1 MB batches in one
+// partition once wedged the stream for good (an entry no follower could
+// receive, retried forever); now the produce gets MESSAGE_TOO_LARGE, and the
+// stream goes on: a record set just under the limit is acknowledged and
+// replicated to every replica, and ordinary produces follow.
+func TestOversizedProduceIsRefused(t *testing.T) {
+	c := StartCluster(t, Options{})
+	leader := c.WaitLeader("s1", 20*time.Second)
+	// One connection per produce, the request encoded by kmsg: the server
+	// closes a connection after a failed produce.
+	send := func(batches, size int) *kmsg.ProduceResponseTopicPartition {
+		var recs []byte
+		for i := range batches {
+			recs = append(recs, v2Batch(strings.Repeat(string(rune('a'+i%26)), size))...)
+		}
+		req := kmsg.NewPtrProduceRequest()
+		req.SetVersion(8)
+		req.Acks, req.TimeoutMillis = -1, 20000
+		tp := kmsg.NewProduceRequestTopic()
+		tp.Topic = "s1"
+		p := kmsg.NewProduceRequestTopicPartition()
+		p.Records = recs
+		tp.Partitions = append(tp.Partitions, p)
+		req.Topics = append(req.Topics, tp)
+		resp := kmsg.NewPtrProduceResponse()
+		resp.SetVersion(8)
+		roundTrip(t, c.Node(leader).Kafka, req, resp)
+		return &resp.Topics[0].Partitions[0]
+	}
+
+	big := send(40, 1000<<10)
+	require.Equal(t, int16(10), big.ErrorCode, "40 MB in one partition: MESSAGE_TOO_LARGE")
+	require.Contains(t, *big.ErrorMessage, "max_entry_bytes")
+
+	// Just under the limit: acknowledged, and every replica gets it.
+	ok := send(7, 1000<<10)
+	require.Equal(t, int16(0), ok.ErrorCode)
+	require.Equal(t, int64(0), ok.BaseOffset)
+	requireEndOffset(t, c, "s1", 7)
+
+	// The stream goes on.
+	produceTo(t, c.KafkaAddrs(), values(10, "after-"))
+	requireEndOffset(t, c, "s1", 17)
+}
+
+// v2Batch is one uncompressed RecordBatch v2 holding value.
+func v2Batch(value string) []byte {
+	r := kmsg.Record{Value: []byte(value)}
+	r.Length = int32(len(r.AppendTo(nil)) - 1)
+	ts := time.Now().UnixMilli()
+	b := kmsg.RecordBatch{Magic: 2, FirstTimestamp: ts, MaxTimestamp: ts,
+		ProducerID: -1, ProducerEpoch: -1, FirstSequence: -1, NumRecords: 1, Records: r.AppendTo(nil)}
+	out := b.AppendTo(nil)
+	binary.BigEndian.PutUint32(out[8:], uint32(len(out)-12))
+	binary.BigEndian.PutUint32(out[17:], crc32.Checksum(out[21:], crc32.MakeTable(crc32.Castagnoli)))
+	return out
+}
+
+// roundTrip sends one request on a new connection and decodes the answer.
+func roundTrip(t *testing.T, addr string, req kmsg.Request, resp kmsg.Response) {
+	t.Helper()
+	nc, err := net.DialTimeout("tcp", addr, 5*time.Second)
+	require.NoError(t, err)
+	defer nc.Close()
+	_ = nc.SetDeadline(time.Now().Add(30 * time.Second))
+	b := make([]byte, 4, 64)
+	b = binary.BigEndian.AppendUint16(b, uint16(req.Key()))
+	b = binary.BigEndian.AppendUint16(b, uint16(req.GetVersion()))
+	b = binary.BigEndian.AppendUint32(b, 1) // correlation id
+	b = binary.BigEndian.AppendUint16(b, 4)
+	b = append(b, "test"...)
+	if req.IsFlexible() {
+		b = append(b, 0)
+	}
+	b = req.AppendTo(b)
+	binary.BigEndian.PutUint32(b, uint32(len(b)-4))
+	_, err = nc.Write(b)
+	require.NoError(t, err)
+	var n [4]byte
+	_, err = io.ReadFull(nc, n[:])
+	require.NoError(t, err)
+	frame := make([]byte, binary.BigEndian.Uint32(n[:]))
+	_, err = io.ReadFull(nc, frame)
+	require.NoError(t, err)
+	require.Equal(t, uint32(1), binary.BigEndian.Uint32(frame), "correlation id")
+	body := frame[4:]
+	if resp.IsFlexible() {
+		body = body[1:] // empty tagged fields of response header v1
+	}
+	require.NoError(t, resp.ReadFrom(body))
+}
