@@ -13,6 +13,8 @@ import (
 	"strings"
 	"sync"
 
+	"go.etcd.io/raft/v3/raftpb"
+
 	"github.com/vdl-project/vdl/vfs"
 )
 
@@ -84,87 +86,95 @@ func saveIdentity(fsys vfs.FS, dir string, id Identity) error {
 	return writeFile(fsys, dir, identityFile, id)
 }
 
-// peerDirs is the dir id each peer presented when it first connected,
-// kept in peers.json.
-type peerDirs struct {
+// peerBook is the server's Roster, kept durably in peers.json: whatever
+// changes the known data dirs is written (fsync) before it is acted on.
+type peerBook struct {
 	fs  vfs.FS
 	dir string
 
-	mu   sync.Mutex
-	dirs map[uint64]uint64
+	mu sync.Mutex
+	r  *Roster
 }
 
-func loadPeerDirs(fsys vfs.FS, dir string) (*peerDirs, error) {
-	p := &peerDirs{fs: fsys, dir: dir}
+func loadPeerBook(fsys vfs.FS, dir string) (*peerBook, error) {
 	var raw map[string]uint64
 	if _, err := readFile(fsys, path.Join(dir, peersFile), &raw); err != nil {
 		return nil, err
 	}
-	p.dirs = map[uint64]uint64{}
+	dirs := map[uint64]uint64{}
 	for k, v := range raw {
 		var id uint64
 		if _, err := fmt.Sscan(k, &id); err != nil || id == 0 {
 			return nil, fmt.Errorf("%s: bad node id %q", path.Join(dir, peersFile), k)
 		}
-		p.dirs[id] = v
+		dirs[id] = v
 	}
-	return p, nil
+	return &peerBook{fs: fsys, dir: dir, r: NewRoster(dirs)}, nil
 }
 
-// errDirChanged: a peer presents another data dir than the one known.
-var errDirChanged = errors.New("data dir changed")
-
-// check accepts peer node with data dir dirID: the one known, or, for a
-// peer not known yet, the first one it presents (recorded durably first).
-func (p *peerDirs) check(node, dirID uint64) error {
+// check is the transport's handshake check (Roster.Admit, recorded first).
+func (p *peerBook) check(node, dirID uint64) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	known, ok := p.dirs[node]
-	switch {
-	case ok && known == dirID:
-		return nil
-	case ok:
-		return fmt.Errorf("%w: node %d presents data dir %016x but this server knows it with data dir %016x: "+
-			"it lost its log and votes, and must be replaced through membership changes (vdlctl member replace %d)",
-			errDirChanged, node, dirID, known, node)
+	record, err := p.r.Admit(node, dirID)
+	if err != nil || !record {
+		return err
 	}
-	p.dirs[node] = dirID
 	if err := p.saveLocked(); err != nil {
-		delete(p.dirs, node)
 		return fmt.Errorf("recording node %d's data dir: %w", node, err)
 	}
 	return nil
 }
 
-// known reports whether node's data dir is known.
-func (p *peerDirs) known(node uint64) bool {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	_, ok := p.dirs[node]
+func (p *peerBook) known(node uint64) bool {
+	_, ok := p.get(node)
 	return ok
 }
 
-// forget drops node's data dir (it left every group here): a new one is
-// accepted when it is added again.
-func (p *peerDirs) forget(node uint64) error {
+func (p *peerBook) get(node uint64) (uint64, bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if _, ok := p.dirs[node]; !ok {
+	return p.r.Dir(node)
+}
+
+func (p *peerBook) hosted(group uint64, cs *raftpb.ConfState) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.r.Hosted(group, cs)
+}
+
+func (p *peerBook) stale(node uint64) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.r.Stale(node)
+}
+
+func (p *peerBook) members(group uint64) (voters, learners []uint64, ok bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.r.Members(group)
+}
+
+// applied records a membership change (Roster.Applied) and persists what
+// it changed.
+func (p *peerBook) applied(self, group uint64, cs *raftpb.ConfState, context []byte) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if !p.r.Applied(self, group, cs, context) {
 		return nil
 	}
-	delete(p.dirs, node)
 	return p.saveLocked()
 }
 
-func (p *peerDirs) saveLocked() error {
+func (p *peerBook) saveLocked() error {
 	raw := map[string]uint64{}
-	for k, v := range p.dirs {
+	for k, v := range p.r.Dirs() {
 		raw[fmt.Sprint(k)] = v
 	}
 	return writeFile(p.fs, p.dir, peersFile, raw)
 }
 
-// readJSON decodes a file; ok is false if it does not exist.
+// readFile decodes a JSON file; ok is false if it does not exist.
 func readFile(fsys vfs.FS, name string, v any) (bool, error) {
 	size, err := fsys.Stat(name)
 	if errors.Is(err, fs.ErrNotExist) {
@@ -193,7 +203,7 @@ func readFile(fsys vfs.FS, name string, v any) (bool, error) {
 	return true, nil
 }
 
-// writeJSON replaces dir/name durably (a temporary file, fsync, rename,
+// writeFile replaces dir/name with v as JSON, durably (a temporary file, fsync, rename,
 // directory fsync): a crash leaves the old file or the new one.
 func writeFile(fsys vfs.FS, dir, name string, v any) error {
 	b, err := json.MarshalIndent(v, "", "  ")
@@ -219,32 +229,4 @@ func writeFile(fsys vfs.FS, dir, name string, v any) error {
 		return err
 	}
 	return fsys.SyncDir(dir)
-}
-
-// set records node's data dir (a membership change named it).
-func (p *peerDirs) set(node, dirID uint64) error {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.dirs[node] == dirID {
-		return nil
-	}
-	old, had := p.dirs[node]
-	p.dirs[node] = dirID
-	if err := p.saveLocked(); err != nil {
-		if had {
-			p.dirs[node] = old
-		} else {
-			delete(p.dirs, node)
-		}
-		return err
-	}
-	return nil
-}
-
-// get returns node's data dir, if known.
-func (p *peerDirs) get(node uint64) (uint64, bool) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	d, ok := p.dirs[node]
-	return d, ok
 }

@@ -81,64 +81,24 @@ func (s *Server) membersStatus(st *stream, gs raftnode.GroupStatus) MembersStatu
 			role = "learner"
 		}
 		ms.Replicas[id] = Replica{Role: role, Match: pr.Match, State: pr.State, Active: pr.RecentActive || id == s.cfg.NodeID,
-			CaughtUp: pr.State == "StateReplicate" && pr.Match+catchUpSlack >= gs.Commit}
+			CaughtUp: CaughtUp(gs, id)}
 	}
 	return ms
 }
 
 func (s *Server) handleAddMember(w http.ResponseWriter, r *http.Request) {
-	st, gs, ok := s.onLeader(w, r)
-	if !ok {
-		return
-	}
-	id, ok := s.memberID(w, r)
-	if !ok {
-		return
-	}
-	switch {
-	case slices.Contains(gs.Voters, id):
-		jsonError(w, http.StatusConflict, "node %d is already a voter of %s", id, st.cfg.Name)
-		return
-	case slices.Contains(gs.Learners, id):
-		jsonError(w, http.StatusConflict, "node %d is already a learner of %s", id, st.cfg.Name)
-		return
-	}
-	dir, known := s.peerDirs.get(id)
-	if !known {
-		jsonError(w, http.StatusConflict, "node %d has not connected to this server yet: start it with an empty data dir "+
-			"(initial_cluster_state = \"existing\") and retry", id)
-		return
-	}
-	s.proposeChange(w, r, st, raftpb.ConfChangeAddLearnerNode, id, dir, fmt.Sprintf("node %d added to %s as a learner", id, st.cfg.Name))
+	s.memberChange(w, r, AddLearner)
 }
 
 func (s *Server) handlePromoteMember(w http.ResponseWriter, r *http.Request) {
-	st, gs, ok := s.onLeader(w, r)
-	if !ok {
-		return
-	}
-	id, ok := s.memberID(w, r)
-	if !ok {
-		return
-	}
-	if !slices.Contains(gs.Learners, id) {
-		jsonError(w, http.StatusConflict, "node %d is not a learner of %s", id, st.cfg.Name)
-		return
-	}
-	rep := s.membersStatus(st, gs).Replicas[id]
-	if !rep.CaughtUp {
-		jsonError(w, http.StatusConflict, "node %d is not caught up yet (match %d, commit %d, %s); retry", id, rep.Match, gs.Commit, rep.State)
-		return
-	}
-	if msg := quorumAfter(gs, append(slices.Clone(gs.Voters), id), s.cfg.NodeID); msg != "" {
-		jsonError(w, http.StatusConflict, "promoting node %d %s", id, msg)
-		return
-	}
-	dir, _ := s.peerDirs.get(id)
-	s.proposeChange(w, r, st, raftpb.ConfChangeAddNode, id, dir, fmt.Sprintf("node %d promoted to a voter of %s", id, st.cfg.Name))
+	s.memberChange(w, r, Promote)
 }
 
 func (s *Server) handleRemoveMember(w http.ResponseWriter, r *http.Request) {
+	s.memberChange(w, r, Remove)
+}
+
+func (s *Server) memberChange(w http.ResponseWriter, r *http.Request, c MemberChange) {
 	st, gs, ok := s.onLeader(w, r)
 	if !ok {
 		return
@@ -147,45 +107,124 @@ func (s *Server) handleRemoveMember(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	switch {
-	case slices.Contains(gs.Learners, id):
-	case !slices.Contains(gs.Voters, id):
-		jsonError(w, http.StatusNotFound, "node %d is not a member of %s", id, st.cfg.Name)
+	dir, known := s.peers.get(id)
+	cand := Candidate{ID: id, DirKnown: known, Stale: s.peers.stale(id)}
+	if err := CheckMemberChange(c, gs, st.cfg.Name, cand, s.cfg.NodeID); err != nil {
+		jsonError(w, err.Code, "%s", err.Msg)
 		return
-	case len(gs.Voters) == 1:
-		jsonError(w, http.StatusConflict, "node %d is the last voter of %s", id, st.cfg.Name)
-		return
-	default:
-		rest := slices.DeleteFunc(slices.Clone(gs.Voters), func(v uint64) bool { return v == id })
-		if msg := quorumAfter(gs, rest, s.cfg.NodeID); msg != "" {
-			jsonError(w, http.StatusConflict, "removing node %d %s", id, msg)
-			return
-		}
 	}
-	s.proposeChange(w, r, st, raftpb.ConfChangeRemoveNode, id, 0, fmt.Sprintf("node %d removed from %s", id, st.cfg.Name))
+	t, done := c.ConfChange(), ""
+	switch c {
+	case AddLearner:
+		done = fmt.Sprintf("node %d added to %s as a learner", id, st.cfg.Name)
+	case Promote:
+		done = fmt.Sprintf("node %d promoted to a voter of %s", id, st.cfg.Name)
+	case Remove:
+		dir, done = 0, fmt.Sprintf("node %d removed from %s", id, st.cfg.Name)
+	}
+	s.proposeChange(w, r, st, t, id, dir, done)
 }
 
-// quorumAfter says why a group whose voters become voters could not reach
-// a quorum right now ("" if it could): the leader counts the members it
-// heard from within an election timeout.
-func quorumAfter(gs raftnode.GroupStatus, voters []uint64, self uint64) string {
-	active := 0
-	for _, v := range voters {
-		if v == self || gs.Progress[v].RecentActive {
-			active++
+// MemberChange is one membership operation on a group.
+type MemberChange int
+
+// The membership operations.
+const (
+	AddLearner MemberChange = iota // add a server as a learner
+	Promote                        // make a caught-up learner a voter
+	Remove                         // remove a voter or learner
+)
+
+// ConfChange is the Raft change type of c.
+func (c MemberChange) ConfChange() raftpb.ConfChangeType {
+	return [...]raftpb.ConfChangeType{raftpb.ConfChangeAddLearnerNode, raftpb.ConfChangeAddNode, raftpb.ConfChangeRemoveNode}[c]
+}
+
+// ChangeError is a refused membership change; Code is its HTTP status.
+type ChangeError struct {
+	Code int
+	Msg  string
+}
+
+func (e *ChangeError) Error() string { return e.Msg }
+
+func refuse(code int, format string, args ...any) *ChangeError {
+	return &ChangeError{Code: code, Msg: fmt.Sprintf(format, args...)}
+}
+
+// Candidate is what a group's leader knows of the server a membership
+// change is about.
+type Candidate struct {
+	ID uint64
+	// DirKnown: the leader knows its data dir (it connected).
+	DirKnown bool
+	// Stale: it presents another data dir than the one the leader knows
+	// (a replaced disk) and the leader has not forgotten the old one yet
+	// (it is still a member of another group here): a change now would
+	// name the old dir.
+	Stale bool
+}
+
+// CheckMemberChange decides whether change c of cand may be proposed now
+// in a group whose leader (self) reports gs. The admin API and the
+// simulator's nemesis both ask it.
+func CheckMemberChange(c MemberChange, gs raftnode.GroupStatus, stream string, cand Candidate, self uint64) *ChangeError {
+	id := cand.ID
+	voter, learner := slices.Contains(gs.Voters, id), slices.Contains(gs.Learners, id)
+	switch c {
+	case AddLearner:
+		switch {
+		case voter:
+			return refuse(http.StatusConflict, "node %d is already a voter of %s", id, stream)
+		case learner:
+			return refuse(http.StatusConflict, "node %d is already a learner of %s", id, stream)
+		case cand.Stale:
+			return refuse(http.StatusConflict, "the leader of %s still knows node %d by its old data dir (it is a member of another stream there): "+
+				"remove it from every stream before adding it back (vdlctl member replace %d does), then retry", stream, id, id)
+		case !cand.DirKnown:
+			return refuse(http.StatusConflict, "node %d has not connected to the leader of %s yet: start it with an empty data dir "+
+				"(initial_cluster_state = \"existing\") and retry", id, stream)
+		}
+	case Promote:
+		if !learner {
+			return refuse(http.StatusConflict, "node %d is not a learner of %s", id, stream)
+		}
+		if !CaughtUp(gs, id) {
+			pr := gs.Progress[id]
+			return refuse(http.StatusConflict, "node %d is not caught up yet (match %d, commit %d, %s); retry", id, pr.Match, gs.Commit, pr.State)
+		}
+		if msg := quorumAfter(gs, append(slices.Clone(gs.Voters), id), self); msg != "" {
+			return refuse(http.StatusConflict, "promoting node %d %s", id, msg)
+		}
+	case Remove:
+		switch {
+		case learner:
+		case !voter:
+			return refuse(http.StatusNotFound, "node %d is not a member of %s", id, stream)
+		case len(gs.Voters) == 1:
+			return refuse(http.StatusConflict, "node %d is the last voter of %s", id, stream)
+		default:
+			rest := slices.DeleteFunc(slices.Clone(gs.Voters), func(v uint64) bool { return v == id })
+			if msg := quorumAfter(gs, rest, self); msg != "" {
+				return refuse(http.StatusConflict, "removing node %d %s", id, msg)
+			}
 		}
 	}
-	if need := len(voters)/2 + 1; active < need {
-		return fmt.Sprintf("would lose quorum: %d of its %d voters are reachable, %d are needed", active, len(voters), need)
-	}
-	return ""
+	return nil
+}
+
+// CaughtUp reports whether the leader sees member id replicating within
+// catchUpSlack entries of the commit index.
+func CaughtUp(gs raftnode.GroupStatus, id uint64) bool {
+	pr, ok := gs.Progress[id]
+	return ok && pr.State == "StateReplicate" && pr.Match+catchUpSlack >= gs.Commit
 }
 
 // proposeChange proposes one membership change and waits for it to apply.
 func (s *Server) proposeChange(w http.ResponseWriter, r *http.Request, st *stream, t raftpb.ConfChangeType, id, dir uint64, done string) {
 	cc := &raftpb.ConfChangeV2{Changes: []*raftpb.ConfChangeSingle{{Type: t.Enum(), NodeId: new(id)}}}
 	if dir != 0 {
-		cc.Context, _ = json.Marshal(memberContext{Node: id, DirID: dir})
+		cc.Context = MemberContext(id, dir)
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), changeTimeout)
 	defer cancel()
@@ -265,4 +304,20 @@ func writeJSON(w http.ResponseWriter, code int, v any) {
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
 	_ = enc.Encode(v)
+}
+
+// quorumAfter says why a group whose voters become voters could not reach
+// a quorum right now ("" if it could): the leader (self) counts the members
+// it heard from within an election timeout.
+func quorumAfter(gs raftnode.GroupStatus, voters []uint64, self uint64) string {
+	active := 0
+	for _, v := range voters {
+		if v == self || gs.Progress[v].RecentActive {
+			active++
+		}
+	}
+	if need := len(voters)/2 + 1; active < need {
+		return fmt.Sprintf("would lose quorum: %d of its %d voters are reachable, %d are needed", active, len(voters), need)
+	}
+	return ""
 }

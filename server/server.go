@@ -2,7 +2,6 @@ package server
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"hash/fnv"
@@ -34,9 +33,9 @@ type Server struct {
 	admin     *http.Server
 	adminLn   net.Listener
 
-	ident    Identity
-	peerDirs *peerDirs
-	dirOps   chan func() // peer dir bookkeeping of membership changes, in order
+	ident  Identity
+	peers  *peerBook
+	dirOps chan func() // peer bookkeeping of membership changes, in order
 
 	// ctx ends when the server closes (snapshot entry copies, waits).
 	ctx    context.Context
@@ -69,13 +68,13 @@ func New(cfg Config, logger *slog.Logger) (*Server, error) {
 		logger = slog.Default()
 	}
 	s := &Server{cfg: cfg, log: logger, fs: vfs.OS{}, streams: map[string]*stream{}, byGroup: map[uint64]*stream{},
-		members: map[uint64]*raftpb.ConfState{}, dirOps: make(chan func(), 64)}
+		dirOps: make(chan func(), 64)}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	mode, err := s.initIdentity()
 	if err != nil {
 		return nil, err
 	}
-	if s.peerDirs, err = loadPeerDirs(s.fs, cfg.DataDir); err != nil {
+	if s.peers, err = loadPeerBook(s.fs, cfg.DataDir); err != nil {
 		return nil, err
 	}
 	s.wg.Add(1)
@@ -88,7 +87,7 @@ func New(cfg Config, logger *slog.Logger) (*Server, error) {
 		NodeID:         cfg.NodeID,
 		ClusterID:      clusterHash(cfg.ClusterID),
 		DirID:          s.ident.DirID,
-		CheckPeer:      s.peerDirs.check,
+		CheckPeer:      s.peers.check,
 		ListenAddr:     cfg.RaftListen,
 		Peers:          peers,
 		Handler:        func(g uint64, m *raftpb.Message) { s.host.Step(g, m) },
@@ -249,9 +248,7 @@ func (s *Server) hostStream(st *stream) error {
 	if err != nil {
 		return fmt.Errorf("stream %s: %w", sc.Name, err)
 	}
-	s.mu.Lock()
-	s.members[sc.ID] = cs
-	s.mu.Unlock()
+	s.peers.hosted(sc.ID, cs)
 	if err := s.host.AddGroup(sc.ID, l); err != nil {
 		return fmt.Errorf("stream %s: %w", sc.Name, err)
 	}
@@ -278,7 +275,7 @@ func (s *Server) hostWhenFoundersKnown(st *stream) {
 	for {
 		var missing []uint64
 		for _, id := range cs.GetVoters() {
-			if id != s.cfg.NodeID && !s.peerDirs.known(id) {
+			if id != s.cfg.NodeID && !s.peers.known(id) {
 				missing = append(missing, id)
 			}
 		}
@@ -301,53 +298,16 @@ func (s *Server) hostWhenFoundersKnown(st *stream) {
 	}
 }
 
-// memberContext is what a membership change proposed through the admin
-// API carries: the data dir of the server it adds or promotes, so every
-// replica knows it (peerDirs) before that server can vote.
-type memberContext struct {
-	Node  uint64 `json:"node"`
-	DirID uint64 `json:"dir_id"`
-}
-
 // onMembership is told every membership change a hosted group applies (on
 // the Host's loop: the bookkeeping runs on dirOps, in order).
 func (s *Server) onMembership(group uint64, cs *raftpb.ConfState, context []byte) {
-	var mc memberContext
-	if len(context) > 0 && json.Unmarshal(context, &mc) != nil {
-		mc = memberContext{}
-	}
-	s.mu.Lock()
-	before := s.allMembersLocked()
-	s.members[group] = cs
-	after := s.allMembersLocked()
-	s.mu.Unlock()
-	var gone []uint64
-	for _, id := range before {
-		if !slices.Contains(after, id) && id != s.cfg.NodeID {
-			gone = append(gone, id)
-		}
-	}
 	select {
-	case s.dirOps <- func() { s.updatePeerDirs(mc, gone) }:
+	case s.dirOps <- func() {
+		if err := s.peers.applied(s.cfg.NodeID, group, cs, context); err != nil {
+			s.log.Error("cannot record a membership change's peers", "group", group, "err", err)
+		}
+	}:
 	case <-s.ctx.Done():
-	}
-}
-
-// updatePeerDirs records the data dir a membership change names, and
-// forgets those of servers no hosted group has any more (one that comes
-// back must be added again, with whatever data dir it has then).
-func (s *Server) updatePeerDirs(mc memberContext, gone []uint64) {
-	for _, id := range gone {
-		if err := s.peerDirs.forget(id); err != nil {
-			s.log.Error("cannot forget a removed server's data dir", "node", id, "err", err)
-		} else {
-			s.log.Info("server left every group here; its data dir is forgotten", "node", id)
-		}
-	}
-	if mc.Node != 0 && mc.Node != s.cfg.NodeID && mc.DirID != 0 {
-		if err := s.peerDirs.set(mc.Node, mc.DirID); err != nil {
-			s.log.Error("cannot record a new member's data dir", "node", mc.Node, "err", err)
-		}
 	}
 }
 
@@ -363,29 +323,9 @@ func (s *Server) runDirOps() {
 	}
 }
 
-// allMembersLocked is every voter and learner of the hosted groups.
-func (s *Server) allMembersLocked() []uint64 {
-	var ids []uint64
-	for _, cs := range s.members {
-		for _, id := range append(slices.Clone(cs.GetVoters()), cs.GetLearners()...) {
-			if !slices.Contains(ids, id) {
-				ids = append(ids, id)
-			}
-		}
-	}
-	slices.Sort(ids)
-	return ids
-}
-
 // membership returns a hosted group's voters and learners.
 func (s *Server) membership(group uint64) (voters, learners []uint64, ok bool) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	cs, ok := s.members[group]
-	if !ok {
-		return nil, nil, false
-	}
-	return slices.Clone(cs.GetVoters()), slices.Clone(cs.GetLearners()), true
+	return s.peers.members(group)
 }
 
 // Host returns the Raft host.

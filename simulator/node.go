@@ -38,6 +38,14 @@ type node struct {
 
 	slowTill int64 // fsyncs are slow until then (nemesis)
 
+	// dirID is the data dir id of the disk (a new one after a wipe);
+	// roster is what the server knows of its peers (peers.json, on the
+	// disk: it survives crashes, not wipes); joining: the disk was wiped
+	// and the server started over on an empty one.
+	dirID   uint64
+	roster  *server.Roster
+	joining bool
+
 	grp     map[uint64]*gview
 	futures map[raftnode.ProposalID]func(raftnode.Result, error)
 	backend *server.Backend
@@ -114,7 +122,8 @@ func (n *node) start() error {
 	n.detectedBy = "engine"
 	cc := s.coreCfg
 	cc.ID = n.id
-	cfg := raftnode.NodeConfig{Core: cc, Logger: s.logger(n)}
+	cfg := raftnode.NodeConfig{Core: cc, Logger: s.logger(n),
+		OnMembership: func(g uint64, cs *raftpb.ConfState, ctx []byte) { n.roster.Applied(n.id, g, cs, ctx) }}
 	if s.traceEffects {
 		cfg.OnEffect = func(e raftnode.Effect) { s.w.record("n%d %s", n.id, raftnode.Describe(e)) }
 	}
@@ -127,6 +136,11 @@ func (n *node) start() error {
 		}
 		n.logs[g] = l
 		n.grp[g] = &gview{changed: make(chan struct{})}
+		_, cs, err := l.InitialState()
+		if err != nil {
+			return fmt.Errorf("node %d group %d: %w", n.id, g, err)
+		}
+		n.roster.Hosted(g, cs)
 		if err := n.rn.AddGroup(g, l); err != nil {
 			return fmt.Errorf("node %d group %d: %w", n.id, g, err)
 		}

@@ -17,6 +17,7 @@ import (
 	"github.com/vdl-project/vdl/internal/canary"
 	"github.com/vdl-project/vdl/kafka"
 	"github.com/vdl-project/vdl/raftnode"
+	"github.com/vdl-project/vdl/server"
 	"github.com/vdl-project/vdl/storage"
 	"github.com/vdl-project/vdl/vfs"
 )
@@ -90,7 +91,7 @@ type Sim struct {
 	tick        time.Duration
 	lat         [][]time.Duration // one-way base latency per DC pair
 
-	netR, nemR, wlR *rand.Rand
+	netR, nemR, wlR, dirR *rand.Rand
 
 	cut       map[[2]uint64]int // raft links cut (from, to)
 	clientCut map[uint64]int    // client links to a node cut
@@ -106,6 +107,7 @@ type Sim struct {
 	healAt       int64
 	progress     map[string]bool
 	demoted      map[uint64]uint64 // group -> learner the nemesis demoted
+	replacing    *replacement      // a wiped server being replaced (replace.go)
 	traceEffects bool
 	corruptR     *rand.Rand // BitFlips: victims and positions
 	detections   map[string]int
@@ -150,7 +152,7 @@ func newSim(cfg Config) (*Sim, error) {
 	w.bug = newBuggify(w.stream("buggify"), !cfg.NoBuggify)
 	s := &Sim{
 		cfg: cfg, w: w, tick: 10 * time.Millisecond,
-		netR: w.stream("network"), nemR: w.stream("nemesis"), wlR: w.stream("workload"),
+		netR: w.stream("network"), nemR: w.stream("nemesis"), wlR: w.stream("workload"), dirR: w.stream("dirs"),
 		cut: map[[2]uint64]int{}, clientCut: map[uint64]int{}, clog: map[[2]uint64]time.Duration{},
 		progress: map[string]bool{}, demoted: map[uint64]uint64{},
 		traceEffects: cfg.TraceEffects, detections: map[string]int{},
@@ -195,8 +197,17 @@ func newSim(cfg Config) (*Sim, error) {
 	for i := 0; i < cfg.Nodes; i++ {
 		id := uint64(i + 1)
 		voters = append(voters, id)
-		s.nodes = append(s.nodes, &node{s: s, id: id, dc: i % cfg.DCs, fs: vfs.NewMem(),
+		s.nodes = append(s.nodes, &node{s: s, id: id, dc: i % cfg.DCs, fs: vfs.NewMem(), dirID: s.dirR.Uint64() | 1,
 			diskR: w.stream(fmt.Sprintf("disk-%d", id)), crashR: w.stream(fmt.Sprintf("crash-%d", id))})
+	}
+	// The founders met before their groups started: each knows every
+	// other's data dir (server.hostWhenFoundersKnown).
+	dirs := map[uint64]uint64{}
+	for _, n := range s.nodes {
+		dirs[n.id] = n.dirID
+	}
+	for _, n := range s.nodes {
+		n.roster = server.NewRoster(dirs)
 	}
 	w.record("seed %d: %d nodes in %d DCs, streams %v, latency %v, buggify %v, canary %q",
 		cfg.Seed, cfg.Nodes, cfg.DCs, s.streams, s.lat, w.bug.list(), cfg.Canary)
@@ -284,7 +295,9 @@ func (s *Sim) sendRaft(from *node, group uint64, m *raftpb.Message) {
 			from.flush()
 		})
 	}
-	if s.cut[[2]uint64{from.id, to.id}] > 0 || to.down {
+	// A peer refused at the handshake (another data dir) is down for the
+	// transport: what is sent to it is dropped, not queued.
+	if s.cut[[2]uint64{from.id, to.id}] > 0 || to.down || !from.admits(to) || !to.admits(from) {
 		s.w.after(s.linkLatency(from, to), from, func() {
 			from.rn.ReportUnreachable(group, to.id)
 			from.flush()
@@ -303,6 +316,9 @@ func (s *Sim) sendRaft(from *node, group uint64, m *raftpb.Message) {
 	for i := 0; i < copies; i++ {
 		msg := cloneMsg(m)
 		s.w.after(s.linkLatency(from, to), to, func() {
+			if !to.admits(from) || !from.admits(to) {
+				return // the raft connection is refused (a server with another data dir)
+			}
 			delivered = true
 			to.rn.Step(group, msg)
 			to.flush()
@@ -339,7 +355,7 @@ var defaultWeights = map[string]int{
 	"partition": 3, "partition-oneway": 2, "isolate-node": 3, "isolate-dc": 2, "clog": 2,
 	"kill": 3, "power-loss": 3, "power-loss-dc": 1, "pause": 2,
 	"disk-eio": 1, "disk-enospc": 1, "disk-slow": 2,
-	"leader-transfer": 2, "membership": 1, "retention": 2,
+	"leader-transfer": 2, "membership": 1, "retention": 2, "wipe-disk": 1,
 }
 
 // corruptionWeights are the nemesis weights of the opt-in corruption
@@ -523,6 +539,17 @@ func (s *Sim) inject(kind string) {
 				s.restart(n)
 			}
 		})
+	case "wipe-disk":
+		n := s.pick()
+		if s.replacing != nil || s.cfg.BitFlips || n.down || !s.survivesLoss(n) {
+			return
+		}
+		for g, id := range s.demoted {
+			if id == n.id {
+				delete(s.demoted, g) // the replacement promotes it
+			}
+		}
+		s.wipe(n, d)
 	case "pause":
 		n := s.pick()
 		if n.down || n.paused {
@@ -559,6 +586,9 @@ func (s *Sim) inject(kind string) {
 			l.flush()
 		})
 	case "membership":
+		if s.replacing != nil {
+			return // one membership operation at a time
+		}
 		g := s.groups[r.IntN(len(s.groups))]
 		l := s.leader(g)
 		if l == nil {
@@ -626,6 +656,24 @@ func (s *Sim) inject(kind string) {
 		s.w.fault(kind, "g%d delete before %d", g, before)
 		s.w.runIn(l, func() { l.propose(g, raftnode.RetainData(before), func(raftnode.Result, error) {}) })
 	}
+}
+
+// survivesLoss reports whether every group keeps a quorum of voters
+// without n (an operator replaces a disk only then: without one, the group
+// is unavailable until the lost server's data comes back).
+func (s *Sim) survivesLoss(n *node) bool {
+	for _, g := range s.groups {
+		l := s.leader(g)
+		if l == nil {
+			return false
+		}
+		st, _ := l.rn.Status(g)
+		rest := slices.DeleteFunc(slices.Clone(st.Voters), func(id uint64) bool { return id == n.id })
+		if len(rest) < len(st.Voters)/2+1 {
+			return false
+		}
+	}
+	return true
 }
 
 func (s *Sim) changeMember(l *node, g, id uint64, t raftpb.ConfChangeType) {
@@ -743,6 +791,7 @@ func (s *Sim) run(res *Result) {
 		}
 	}
 	w.after(300*time.Millisecond, nil, s.nemesis)
+	w.after(0, nil, s.handshakes)
 	w.run(int64(s.cfg.Safety))
 
 	// Liveness: heal everything; the cluster must make progress and converge.
@@ -865,6 +914,9 @@ func (s *Sim) repairMembership() {
 		}
 		st, _ := l.rn.Status(g)
 		for _, id := range st.Learners {
+			if r := s.replacing; r != nil && r.n.id == id {
+				continue // the replacement promotes it once caught up
+			}
 			s.changeMember(l, g, id, raftpb.ConfChangeAddNode)
 			break
 		}
@@ -876,6 +928,9 @@ func (s *Sim) repairMembership() {
 // every group has a readable leader with no learners, and every node
 // applied up to the same high watermark.
 func (s *Sim) divergence() string {
+	if r := s.replacementState(); r != "" {
+		return r
+	}
 	for _, g := range s.groups {
 		l := s.leader(g)
 		if l == nil || !l.readable(g) {

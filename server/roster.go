@@ -1,0 +1,155 @@
+package server
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+
+	"go.etcd.io/raft/v3/raftpb"
+)
+
+// Roster is what a server knows of its peers: the data dir id each one
+// presented (or that a membership change named), and the membership of the
+// groups it hosts. It decides whom to accept at a raft handshake. It is
+// deterministic and does no IO: the server keeps it in peers.json (see
+// peerDirs), the simulator in memory, both through these methods.
+//
+//   - A peer not known yet is accepted with the dir it presents, which is
+//     recorded first (trust on first contact; founders meet before their
+//     groups start, see Server.hostWhenFoundersKnown).
+//   - A known peer presenting another dir is refused: it lost its disk,
+//     and with it its votes and acknowledged entries.
+//   - A membership change adding or promoting a server carries its dir
+//     (memberContext): every replica records it when the change applies.
+//   - A server that left every group hosted here is forgotten, so it can
+//     be added back with a new data dir (a replaced disk).
+type Roster struct {
+	dirs      map[uint64]uint64
+	presented map[uint64]uint64 // the other dir a refused peer presented
+	members   map[uint64]*raftpb.ConfState
+}
+
+// NewRoster returns a roster knowing dirs (node id -> data dir id).
+func NewRoster(dirs map[uint64]uint64) *Roster {
+	r := &Roster{dirs: map[uint64]uint64{}, presented: map[uint64]uint64{}, members: map[uint64]*raftpb.ConfState{}}
+	for k, v := range dirs {
+		r.dirs[k] = v
+	}
+	return r
+}
+
+// errDirChanged: a peer presents another data dir than the one known.
+var errDirChanged = errors.New("data dir changed")
+
+// Admit decides on a peer presenting data dir dir: nil to accept it (record
+// says dir is new to the roster and was recorded: persist before using it).
+func (r *Roster) Admit(node, dir uint64) (record bool, err error) {
+	known, ok := r.dirs[node]
+	switch {
+	case ok && known == dir:
+		delete(r.presented, node)
+		return false, nil
+	case ok:
+		r.presented[node] = dir
+		return false, fmt.Errorf("%w: node %d presents data dir %016x but this server knows it with data dir %016x: "+
+			"it lost its log and votes, and must be replaced through membership changes (vdlctl member replace %d)",
+			errDirChanged, node, dir, known, node)
+	}
+	r.dirs[node] = dir
+	delete(r.presented, node)
+	return true, nil
+}
+
+// Stale reports whether node presented another data dir than the one known
+// (it was refused: its disk was replaced). A membership change adding it
+// back must wait until this server forgot the old one (it left every group
+// here): proposed now, the change would name the old dir.
+func (r *Roster) Stale(node uint64) bool {
+	d, ok := r.presented[node]
+	return ok && d != r.dirs[node]
+}
+
+// Dir returns node's data dir, if known.
+func (r *Roster) Dir(node uint64) (uint64, bool) {
+	d, ok := r.dirs[node]
+	return d, ok
+}
+
+// Dirs returns a copy of the known data dirs.
+func (r *Roster) Dirs() map[uint64]uint64 {
+	out := make(map[uint64]uint64, len(r.dirs))
+	for k, v := range r.dirs {
+		out[k] = v
+	}
+	return out
+}
+
+// Hosted records the membership of a group this server starts hosting.
+func (r *Roster) Hosted(group uint64, cs *raftpb.ConfState) { r.members[group] = cs }
+
+// Members returns a hosted group's voters and learners.
+func (r *Roster) Members(group uint64) (voters, learners []uint64, ok bool) {
+	cs, ok := r.members[group]
+	if !ok {
+		return nil, nil, false
+	}
+	return slices.Clone(cs.GetVoters()), slices.Clone(cs.GetLearners()), true
+}
+
+// Applied records a membership change a hosted group applied, with the
+// change's context; self is this server's id. It reports whether the known
+// dirs changed (persist them).
+func (r *Roster) Applied(self, group uint64, cs *raftpb.ConfState, context []byte) (changed bool) {
+	before := r.everyone()
+	r.members[group] = cs
+	after := r.everyone()
+	for _, id := range before {
+		if !slices.Contains(after, id) && id != self {
+			if _, ok := r.dirs[id]; ok {
+				delete(r.dirs, id)
+				changed = true
+			}
+			delete(r.presented, id)
+		}
+	}
+	var mc memberContext
+	if len(context) > 0 && json.Unmarshal(context, &mc) == nil && mc.Node != 0 && mc.Node != self && mc.DirID != 0 {
+		if r.dirs[mc.Node] != mc.DirID {
+			r.dirs[mc.Node] = mc.DirID
+			changed = true
+		}
+		if r.presented[mc.Node] == mc.DirID {
+			delete(r.presented, mc.Node)
+		}
+	}
+	return changed
+}
+
+// everyone is every voter and learner of the hosted groups, sorted.
+func (r *Roster) everyone() []uint64 {
+	var ids []uint64
+	for _, cs := range r.members {
+		for _, id := range append(slices.Clone(cs.GetVoters()), cs.GetLearners()...) {
+			if !slices.Contains(ids, id) {
+				ids = append(ids, id)
+			}
+		}
+	}
+	slices.Sort(ids)
+	return ids
+}
+
+// memberContext is what a membership change adding or promoting a server
+// carries: its data dir, so every replica knows it before it can vote.
+type memberContext struct {
+	Node  uint64 `json:"node"`
+	DirID uint64 `json:"dir_id"`
+}
+
+// MemberContext is the context of a change adding or promoting node with
+// data dir dir.
+func MemberContext(node, dir uint64) []byte {
+	b, _ := json.Marshal(memberContext{Node: node, DirID: dir})
+	return b
+}

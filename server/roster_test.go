@@ -1,0 +1,51 @@
+package server
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/require"
+	"go.etcd.io/raft/v3/raftpb"
+)
+
+// The roster refuses a peer that comes back with another data dir, until
+// it left every group here (then it is forgotten) or a membership change
+// names its new dir; a leader that still knows the old dir says so (Stale)
+// instead of naming it in a change.
+func TestRosterDataDirs(t *testing.T) {
+	r := NewRoster(map[uint64]uint64{2: 0x22, 3: 0x33})
+	r.Hosted(1, &raftpb.ConfState{Voters: []uint64{1, 2, 3}})
+	r.Hosted(2, &raftpb.ConfState{Voters: []uint64{1, 2, 3}})
+
+	rec, err := r.Admit(2, 0x22)
+	require.NoError(t, err)
+	require.False(t, rec, "known and the same: nothing to record")
+	rec, err = r.Admit(4, 0x44)
+	require.NoError(t, err)
+	require.True(t, rec, "a peer not known yet is recorded on first contact")
+
+	_, err = r.Admit(3, 0x99) // node 3's disk was replaced
+	require.ErrorIs(t, err, errDirChanged)
+	require.True(t, r.Stale(3))
+
+	// Removed from group 1 only: still known by the old dir.
+	require.False(t, r.Applied(1, 1, &raftpb.ConfState{Voters: []uint64{1, 2}}, nil))
+	_, err = r.Admit(3, 0x99)
+	require.Error(t, err)
+	// Removed from every group: forgotten; the new dir is accepted.
+	require.True(t, r.Applied(1, 2, &raftpb.ConfState{Voters: []uint64{1, 2}}, nil))
+	require.False(t, r.Stale(3))
+	_, known := r.Dir(3)
+	require.False(t, known)
+	rec, err = r.Admit(3, 0x99)
+	require.NoError(t, err)
+	require.True(t, rec)
+
+	// A change adding it back names its dir: every replica records it.
+	r2 := NewRoster(map[uint64]uint64{3: 0x33})
+	r2.Hosted(1, &raftpb.ConfState{Voters: []uint64{1, 2}})
+	require.True(t, r2.Applied(1, 1, &raftpb.ConfState{Voters: []uint64{1, 2}, Learners: []uint64{3}}, MemberContext(3, 0x99)))
+	d, _ := r2.Dir(3)
+	require.Equal(t, uint64(0x99), d)
+	_, err = r2.Admit(3, 0x33)
+	require.Error(t, err, "the old dir is refused once the new one is named")
+}
