@@ -63,7 +63,10 @@ type Options struct {
 	// host page fault: writes measured 2-4x slower). Catch-up reads of
 	// closed segments then come from the disk.
 	KeepPageCache bool
-	Logger        *slog.Logger
+	// MaxReadBytes caps one Read (a fetch of one stream): larger asks get
+	// about this much (the first batch always whole). Default 16 MiB.
+	MaxReadBytes int
+	Logger       *slog.Logger
 }
 
 // Synced is what Sync returns: everything written before the Sync call is

@@ -3,6 +3,7 @@ package storage
 import (
 	"fmt"
 	"path/filepath"
+	"slices"
 	"testing"
 	"time"
 
@@ -197,4 +198,108 @@ func BenchmarkEnginePipelined(b *testing.B) {
 			})
 		}
 	}
+}
+
+// BenchmarkWriteLatencyUnderCatchUpReads: the latency of small writes to
+// stream A (append + sync, one 100-byte entry each, with stream B written
+// by the same writer as a server's append worker does) while stream B is
+// read from offset 0 in a loop (16 MiB reads, closed segments from the
+// disk), beside the same with no reads, in one run. Reported: p50, p99
+// and the worst write of A in each phase, and the p99 ratio.
+func BenchmarkWriteLatencyUnderCatchUpReads(b *testing.B) {
+	dir := b.TempDir()
+	open := func(name string, stream uint64) *Log {
+		l, err := Open(Options{FS: vfs.OS{}, Dir: filepath.Join(dir, name), Stream: stream})
+		if err != nil {
+			b.Fatal(err)
+		}
+		return l
+	}
+	la, lb := open("a", 1), open("b", 2)
+	defer la.Close()
+	defer lb.Close()
+	// B: 256 MiB of 64 KiB entries to read back.
+	bents := groupEntries(64, userPayload(64<<10))
+	var ai, bi uint64 = 1, 1
+	for range 64 {
+		renumber(bents, &bi)
+		if err := lb.Write(bents, hardState(1, 1, bi-1)); err != nil {
+			b.Fatal(err)
+		}
+		if _, err := lb.Sync(); err != nil {
+			b.Fatal(err)
+		}
+	}
+	small := groupEntries(1, userPayload(100))
+	bsmall := groupEntries(1, userPayload(100))
+	phase := func(n int) []time.Duration {
+		lat := make([]time.Duration, 0, n)
+		for range n {
+			t0 := time.Now()
+			renumber(small, &ai)
+			renumber(bsmall, &bi)
+			if err := la.Write(small, hardState(1, 1, ai-1)); err != nil {
+				b.Fatal(err)
+			}
+			if err := lb.Write(bsmall, hardState(1, 1, bi-1)); err != nil {
+				b.Fatal(err)
+			}
+			if _, err := la.Sync(); err != nil {
+				b.Fatal(err)
+			}
+			if _, err := lb.Sync(); err != nil {
+				b.Fatal(err)
+			}
+			lat = append(lat, time.Since(t0))
+		}
+		return lat
+	}
+	n := max(b.N, 2000)
+	b.ResetTimer()
+	idle := phase(n)
+	stop := make(chan struct{})
+	reads := make(chan int64)
+	go func() {
+		var bytes int64
+		defer func() { reads <- bytes }()
+		for {
+			for off := lb.StartOffset(); ; {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				hwm := lb.EndOffset()
+				if off >= hwm {
+					break
+				}
+				bs, err := lb.Read(off, hwm, 16<<20)
+				if err != nil || len(bs) == 0 {
+					break
+				}
+				for _, x := range bs {
+					bytes += int64(len(x.Data))
+				}
+				off = bs[len(bs)-1].NextOffset
+			}
+		}
+	}()
+	t0 := time.Now()
+	loaded := phase(n)
+	close(stop)
+	readMB := float64(<-reads) / 1e6 / time.Since(t0).Seconds()
+	b.StopTimer()
+	pi, pl := latencies(idle), latencies(loaded)
+	b.ReportMetric(float64(pi[1].Microseconds()), "idle-p99-µs")
+	b.ReportMetric(float64(pl[1].Microseconds()), "reads-p99-µs")
+	b.ReportMetric(float64(pl[1])/float64(pi[1]), "p99-ratio")
+	b.Logf("writes of A, %d each: idle p50 %v p99 %v max %v; under catch-up reads of B (%.0f MB/s) p50 %v p99 %v max %v; p99 ratio %.2f",
+		n, pi[0], pi[1], pi[2], readMB, pl[0], pl[1], pl[2], float64(pl[1])/float64(pi[1]))
+}
+
+// latencies returns p50, p99 and the maximum.
+func latencies(d []time.Duration) [3]time.Duration {
+	s := slices.Clone(d)
+	slices.Sort(s)
+	return [3]time.Duration{s[len(s)/2], s[len(s)*99/100], s[len(s)-1]}
 }

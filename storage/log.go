@@ -18,6 +18,7 @@ import (
 const (
 	defaultSegmentSize    = 64 << 20
 	defaultTailCacheBytes = 8 << 20
+	defaultMaxReadBytes   = 16 << 20
 )
 
 // Log is one stream's merged Raft log and Kafka log. One goroutine writes
@@ -36,6 +37,7 @@ type Log struct {
 	logger  *slog.Logger
 
 	keepPageCache bool
+	maxRead       int
 
 	wmu sync.Mutex
 	mu  sync.RWMutex
@@ -85,7 +87,7 @@ func (l *Log) Close() error {
 	}
 	l.closed = true
 	for _, s := range l.segs {
-		s.closeFiles()
+		s.retire()
 	}
 	l.cache.reset()
 	return nil

@@ -398,11 +398,7 @@ func TestReadLimits(t *testing.T) {
 	for _, disk := range []bool{false, true} {
 		read := l.Read
 		if disk {
-			read = func(o, h int64, m int) ([]Batch, error) {
-				l.mu.RLock()
-				defer l.mu.RUnlock()
-				return l.readDisk(o, h, m)
-			}
+			read = l.readDisk
 		}
 		b, err := read(15, hwm, 1) // inside entry 2; at least one entry
 		require.NoError(t, err)

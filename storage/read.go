@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"sort"
 
 	"go.etcd.io/raft/v3"
@@ -309,25 +310,68 @@ func (l *Log) EntryOffsets(index uint64) (base, next int64, err error) {
 }
 
 // Read returns whole user batches from the entry holding offset up to hwm
-// (exclusive), about maxBytes, at least one entry if any is below hwm.
+// (exclusive), about maxBytes (at most Options.MaxReadBytes), at least one
+// entry if any is below hwm. Reads from the tail cache are copies-free under
+// the read lock; disk reads plan what to read under it and do their preads
+// without it (the segments read stay open until then), so a catch-up read
+// never holds up the writer.
 func (l *Log) Read(offset, hwm int64, maxBytes int) ([]Batch, error) {
+	maxBytes = min(maxBytes, l.maxRead)
 	l.mu.RLock()
-	defer l.mu.RUnlock()
 	if l.closed {
+		l.mu.RUnlock()
 		return nil, ErrClosed
 	}
 	start, end := l.startLocked(), l.active().endOffset
 	hwm = min(hwm, end)
 	if offset < start || offset > hwm {
+		l.mu.RUnlock()
 		return nil, fmt.Errorf("%w: offset %d, readable [%d, %d]", ErrOutOfRange, offset, start, hwm)
 	}
 	if offset == hwm {
+		l.mu.RUnlock()
 		return nil, nil
 	}
 	if l.cache.covers(offset) {
+		defer l.mu.RUnlock()
 		return l.readCache(offset, hwm, maxBytes), nil
 	}
+	l.mu.RUnlock()
 	return l.readDisk(offset, hwm, maxBytes)
+}
+
+// readDisk is the catch-up path: sequential preads into fresh buffers,
+// never touching the tail cache. It plans under the read lock (mu must not
+// be held) and reads without it.
+func (l *Log) readDisk(offset, hwm int64, maxBytes int) ([]Batch, error) {
+	l.mu.RLock()
+	if l.closed {
+		l.mu.RUnlock()
+		return nil, ErrClosed
+	}
+	if start := l.startLocked(); offset < start { // retention ran since the caller looked
+		l.mu.RUnlock()
+		return nil, fmt.Errorf("%w: offset %d, readable from %d", ErrOutOfRange, offset, start)
+	}
+	runs, err := l.planDisk(offset, hwm, maxBytes)
+	l.mu.RUnlock()
+	defer func() {
+		for _, r := range runs {
+			if r.first {
+				r.s.release()
+			}
+		}
+	}()
+	if err != nil {
+		return nil, err
+	}
+	var out []Batch
+	for _, r := range runs {
+		if err := l.readRun(r.s, r.closed, r.ents, &out); err != nil {
+			return out, err
+		}
+	}
+	return out, nil
 }
 
 func (l *Log) readCache(offset, hwm int64, maxBytes int) []Batch {
@@ -351,26 +395,43 @@ func (l *Log) readCache(offset, hwm int64, maxBytes int) []Batch {
 	return out
 }
 
-// readDisk is the catch-up path: sequential preads into fresh buffers,
-// never touching the tail cache.
-func (l *Log) readDisk(offset, hwm int64, maxBytes int) ([]Batch, error) {
-	var out []Batch
+// diskRun is a run of user entries of one segment to read with one pread;
+// first marks the run that holds the segment (acquired) for the read.
+type diskRun struct {
+	s      *segment
+	closed bool
+	first  bool
+	ents   []lidxEnt
+}
+
+// planDisk decides a catch-up read (mu held): the runs of whole user
+// entries from the one holding offset, about maxBytes, none at or past
+// hwm. Each segment read is acquired; the caller releases it.
+func (l *Log) planDisk(offset, hwm int64, maxBytes int) ([]diskRun, error) {
+	var runs []diskRun
 	total := 0
 	si := sort.Search(len(l.segs), func(k int) bool { return l.segs[k].endOffset > offset })
 	for ; si < len(l.segs); si++ {
 		s := l.segs[si]
-		full, err := l.readSegment(s, offset, hwm, maxBytes, &out, &total)
+		s.acquire()
+		n := len(runs)
+		full, err := l.planSegment(s, offset, hwm, maxBytes, &runs, &total)
+		if len(runs) > n {
+			runs[n].first = true
+		} else {
+			s.release()
+		}
 		if err != nil || full {
-			return out, err
+			return runs, err
 		}
 		offset = s.endOffset
 	}
-	return out, nil
+	return runs, nil
 }
 
-// readSegment appends s's user entries from offset on to out; full says
-// the read is complete (hwm or maxBytes reached).
-func (l *Log) readSegment(s *segment, offset, hwm int64, maxBytes int, out *[]Batch, total *int) (bool, error) {
+// planSegment appends the runs of s's user entries from offset on; full
+// says the read is complete (hwm or maxBytes reached).
+func (l *Log) planSegment(s *segment, offset, hwm int64, maxBytes int, runs *[]diskRun, total *int) (bool, error) {
 	active := s == l.active()
 	var k, n int
 	if active {
@@ -400,7 +461,7 @@ func (l *Log) readSegment(s *segment, offset, hwm int64, maxBytes int, out *[]Ba
 				full = true
 				break
 			}
-			if (len(*out) > 0 || m > 0) && size+int(e.length) > maxBytes {
+			if (len(*runs) > 0 || m > 0) && size+int(e.length) > maxBytes {
 				full = true
 				break
 			}
@@ -408,9 +469,8 @@ func (l *Log) readSegment(s *segment, offset, hwm int64, maxBytes int, out *[]Ba
 			m++
 		}
 		if m > 0 {
-			if err := l.readRun(s, ents[:m], out); err != nil {
-				return true, err
-			}
+			// A copy: the active segment's index changes once the lock goes.
+			*runs = append(*runs, diskRun{s: s, closed: !active, ents: slices.Clone(ents[:m])})
 			*total = size
 		}
 		if full {
@@ -422,8 +482,9 @@ func (l *Log) readSegment(s *segment, offset, hwm int64, maxBytes int, out *[]Ba
 }
 
 // readRun reads the records of ents (user entries of s, in order) with one
-// pread and appends their batches.
-func (l *Log) readRun(s *segment, ents []lidxEnt, out *[]Batch) error {
+// pread and appends their batches. It runs without the log's lock: s is
+// acquired, and the entries read are committed, so never rewritten.
+func (l *Log) readRun(s *segment, closed bool, ents []lidxEnt, out *[]Batch) error {
 	start := ents[0].pos - recHeaderSize
 	last := ents[len(ents)-1]
 	end := last.pos + int64(last.length)
@@ -434,7 +495,7 @@ func (l *Log) readRun(s *segment, ents []lidxEnt, out *[]Batch) error {
 	if err := preadFull(s.f, buf, start); err != nil {
 		return err
 	}
-	if s != l.active() && !l.keepPageCache {
+	if closed && !l.keepPageCache {
 		// A catch-up reader reads on from here: start reading as much ahead
 		// while it handles this, so its next read finds it in memory, and
 		// give back the pages just read (closed segments are kept out of

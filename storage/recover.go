@@ -32,12 +32,15 @@ func Open(opts Options) (*Log, error) {
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
+	if opts.MaxReadBytes <= 0 {
+		opts.MaxReadBytes = defaultMaxReadBytes
+	}
 	l := &Log{fs: opts.FS, dir: opts.Dir, stream: opts.Stream, segSize: opts.SegmentSize, logger: opts.Logger,
-		keepPageCache: opts.KeepPageCache}
+		keepPageCache: opts.KeepPageCache, maxRead: opts.MaxReadBytes}
 	l.cache.limit = opts.TailCacheBytes
 	if err := l.recover(); err != nil {
 		for _, s := range l.segs {
-			s.closeFiles()
+			s.retire()
 		}
 		return nil, err
 	}

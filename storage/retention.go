@@ -55,7 +55,7 @@ func (l *Log) DeleteBefore(offset int64) (int, error) {
 	l.meta, l.confs = m, m.confs
 	l.mu.Unlock()
 	for _, s := range dropped { // oldest first: a crash leaves a suffix
-		s.closeFiles()
+		s.retire()
 		dropSegFiles(l.fs, s.base)
 	}
 	if err := l.fs.SyncDir(l.dir); err != nil {

@@ -5,6 +5,7 @@ import (
 	"path"
 	"strconv"
 	"strings"
+	"sync"
 
 	"github.com/pingcap/failpoint"
 
@@ -32,6 +33,13 @@ type segment struct {
 	// closed segments only: the index files, open for preads
 	ridxF, lidxF vfs.File
 	nUser        int64
+
+	// Readers read a segment's data without the log's lock, holding a
+	// reference; a segment retired meanwhile (deleted, truncated away, the
+	// log closed) closes its files when the last one lets go.
+	refMu   sync.Mutex
+	refs    int
+	retired bool
 }
 
 func segBase(dir string, first uint64) string {
@@ -48,6 +56,32 @@ func parseSegName(name string) (uint64, bool) {
 	return v, err == nil
 }
 
+// acquire keeps the segment's files open for a reader; release lets go.
+func (s *segment) acquire() {
+	s.refMu.Lock()
+	s.refs++
+	s.refMu.Unlock()
+}
+
+func (s *segment) release() {
+	s.refMu.Lock()
+	defer s.refMu.Unlock()
+	s.refs--
+	if s.refs == 0 && s.retired {
+		s.closeFiles()
+	}
+}
+
+// retire closes the segment's files now, or when its last reader lets go.
+func (s *segment) retire() {
+	s.refMu.Lock()
+	defer s.refMu.Unlock()
+	s.retired = true
+	if s.refs == 0 {
+		s.closeFiles()
+	}
+}
+
 func (s *segment) closeFiles() {
 	for _, f := range []vfs.File{s.f, s.ridxF, s.lidxF} {
 		if f != nil {
@@ -60,12 +94,14 @@ func (s *segment) closeFiles() {
 // dropIndexFiles closes and removes a segment's index files (it became the
 // active segment again, or is being deleted).
 func (s *segment) dropIndexFiles(fsys vfs.FS) {
+	s.refMu.Lock() // readers read only the data file; closeFiles may run on one
 	for _, f := range []vfs.File{s.ridxF, s.lidxF} {
 		if f != nil {
 			_ = f.Close()
 		}
 	}
 	s.ridxF, s.lidxF, s.nUser = nil, nil, 0
+	s.refMu.Unlock()
 	_ = fsys.Remove(s.base + ".ridx")
 	_ = fsys.Remove(s.base + ".lidx")
 }

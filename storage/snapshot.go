@@ -332,7 +332,7 @@ func (l *Log) reset(d snapDesc, snapTerm uint64) error {
 	l.cache.reset()
 	l.meta, l.confs, l.st = m, m.confs, st
 	for _, s := range old {
-		s.closeFiles()
+		s.retire()
 		dropSegFiles(l.fs, s.base)
 	}
 	if err := l.createFirst(); err != nil {

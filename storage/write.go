@@ -406,7 +406,7 @@ func (l *Log) truncate(first uint64) error {
 
 	for i := len(removed) - 1; i >= 0; i-- { // newest first: a crash leaves a prefix
 		r := removed[i]
-		r.closeFiles()
+		r.retire()
 		r.dropIndexFiles(l.fs)
 		if err := l.fs.Remove(r.base + ".seg"); err != nil {
 			return err
