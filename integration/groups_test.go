@@ -81,8 +81,12 @@ func TestGroupsCommitsSurviveCoordinatorKill(t *testing.T) {
 	c.Kill(coord)
 	next := c.WaitLeader(kafka.DefaultOffsetsTopic, 30*time.Second)
 	require.NotEqual(t, coord, next)
-	st = groupsStatus(t, c, next)
-	require.True(t, st.Coordinator)
+	// The new coordinator confirms its leadership before it loads and
+	// shows the groups (COORDINATOR_LOAD_IN_PROGRESS meanwhile).
+	require.Eventually(t, func() bool {
+		st = groupsStatus(t, c, next)
+		return st.Coordinator && st.Error == 0 && len(st.Groups) == 1
+	}, 10*time.Second, 50*time.Millisecond)
 	require.Equal(t, int64(half), st.Groups[0].Offsets[0].Offset, "the acknowledged commit survived the kill")
 
 	offs2, got2 := groupConsume(t, c, "it-group", len(want)-half)

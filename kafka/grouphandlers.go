@@ -365,12 +365,54 @@ func (op *commitOp) waits() []<-chan struct{} { return nil }
 // COORDINATOR_LOAD_IN_PROGRESS...), v0–v1 carry it in every partition;
 // v5+ leader epochs are the committed ones (-1 when none).
 func handleOffsetFetch(s *Session, sl *slot, kreq kmsg.Request, now int64) {
-	req := kreq.(*kmsg.OffsetFetchRequest)
-	v := sl.version
+	op := &offsetFetchOp{sl: sl, req: kreq.(*kmsg.OffsetFetchRequest), fences: s.startFences([]string{s.groups.topic}), dl: now + fenceGrace}
+	op.poll(s, now)
+}
+
+// offsetFetchOp is an OffsetFetch waiting for the offsets stream's read
+// fence: committed offsets are read linearizably, so a coordinator that was
+// deposed and does not know it yet never answers with stale ones.
+type offsetFetchOp struct {
+	sl     *slot
+	req    *kmsg.OffsetFetchRequest
+	fences readFences
+	dl     int64
+}
+
+func (op *offsetFetchOp) poll(s *Session, now int64) {
+	if op.sl.done {
+		return
+	}
+	if len(op.fences.pending()) > 0 && now < op.dl {
+		op.sl.op = op
+		return
+	}
+	op.answer(s, now)
+}
+
+func (op *offsetFetchOp) deadline() int64 {
+	if op.sl.done {
+		return 0
+	}
+	return op.dl
+}
+
+func (op *offsetFetchOp) waits() []<-chan struct{} {
+	if op.sl.done {
+		return nil
+	}
+	return op.fences.pending()
+}
+
+func (op *offsetFetchOp) answer(s *Session, now int64) {
+	req, v := op.req, op.sl.version
 	resp := kmsg.NewPtrOffsetFetchResponse()
 	s.groups.mu.Lock()
 	defer s.groups.mu.Unlock()
 	code := s.groups.access(now)
+	if code == errNone && fenceCode(op.fences.get(s.groups.topic)) != errNone {
+		code = group.ErrNotCoordinator // leadership not confirmed since the request arrived
+	}
 	if v >= 2 {
 		resp.ErrorCode = code
 	}
@@ -403,7 +445,7 @@ func handleOffsetFetch(s *Session, sl *slot, kreq kmsg.Request, now int64) {
 				rt.Partitions = append(rt.Partitions, part(e.Topic, e.Partition))
 			}
 		}
-		s.finish(sl, resp)
+		s.finish(op.sl, resp)
 		return
 	}
 	for _, t := range req.Topics {
@@ -414,7 +456,7 @@ func handleOffsetFetch(s *Session, sl *slot, kreq kmsg.Request, now int64) {
 		}
 		resp.Topics = append(resp.Topics, rt)
 	}
-	s.finish(sl, resp)
+	s.finish(op.sl, resp)
 }
 
 // DescribeGroups v0–v3. An unknown group is reported Dead with no error (as

@@ -24,7 +24,13 @@ const DefaultOffsetsTopic = "__consumer_offsets"
 //     it has applied (all of it after a start or a leadership change);
 //   - membership lives in memory; losing leadership drops it (parked
 //     requests get NOT_COORDINATOR) and members rejoin at the new
-//     coordinator, as in Kafka.
+//     coordinator, as in Kafka;
+//   - on becoming coordinator (a leadership change) it first confirms its
+//     leadership with a read fence and only then loads the offsets and
+//     serves: until then requests get COORDINATOR_LOAD_IN_PROGRESS. A
+//     deposed leader that does not know it yet cannot pass the fence, so
+//     it never serves groups from a stale offsets table. OffsetFetch also
+//     fences each request (offsetFetchOp).
 //
 // Time comes in as the callers' now (ns); the driver also calls Tick
 // periodically so that session timeouts fire when nobody calls.
@@ -37,7 +43,8 @@ type Groups struct {
 	c       *group.Coordinator
 	applied int64 // next offsets-log offset to apply
 	leading bool
-	bad     int // undecodable records seen in the offsets log
+	confirm ReadFence // the leadership confirmation in flight (nil: confirmed)
+	bad     int       // undecodable records seen in the offsets log
 }
 
 // GroupsConfig configures a Groups. Zero fields take defaults.
@@ -72,6 +79,7 @@ func (g *Groups) access(now int64) int16 {
 			g.c.Unload()
 			g.leading = false
 		}
+		g.confirm = nil
 		switch {
 		case errors.Is(err, ErrUnknownStream):
 			return group.ErrCoordinatorNotAvailable
@@ -80,7 +88,22 @@ func (g *Groups) access(now int64) int16 {
 		}
 		return group.ErrNotCoordinator
 	}
-	g.leading = true
+	if !g.leading {
+		g.leading = true
+		g.confirm = view.Fence()
+	}
+	if g.confirm != nil {
+		select {
+		case <-g.confirm.Done():
+			if g.confirm.Err() != nil {
+				g.confirm = view.Fence() // not confirmed: try again
+				return group.ErrCoordinatorLoadInProgress
+			}
+			g.confirm = nil
+		default:
+			return group.ErrCoordinatorLoadInProgress
+		}
+	}
 	code := g.catchUp(view)
 	g.c.Advance(now)
 	return code

@@ -324,3 +324,43 @@ func TestGroupShapesEveryVersion(t *testing.T) {
 		require.True(t, h2.out.Close, "%s v%d", kmsg.NameForKey(key), maxes[key]+1)
 	}
 }
+
+// A coordinator that cannot confirm its leadership (a deposed leader that
+// does not know it yet: its read fences fail or never complete) serves no
+// stale offsets and runs no rebalance: OffsetFetch waits for a fence that
+// began after it arrived, and after a leadership change every group request
+// gets COORDINATOR_LOAD_IN_PROGRESS until the leadership is confirmed.
+func TestDeposedCoordinatorIsFenced(t *testing.T) {
+	h, g := groupHarness(t, kafka.ProfileModern)
+	require.Equal(t, int16(0), commitCode(t, h, commitReq(6, "simple", -1, "", "a", 7, "")))
+	offsets := h.be.StreamByName(kafka.DefaultOffsetsTopic)
+
+	// OffsetFetch behind a fence that never completes: NOT_COORDINATOR.
+	offsets.HoldFences()
+	h.send(fetchOffsetsReq(5, "simple", "a"))
+	require.Empty(t, h.take(), "no answer before the fence")
+	h.now += 2e9
+	h.s.Poll(h.now)
+	require.Equal(t, int16(16), one(t, h).(*kmsg.OffsetFetchResponse).ErrorCode)
+
+	// A fence that passes: the committed offset.
+	release := offsets.HoldFences()
+	h.send(fetchOffsetsReq(5, "simple", "a"))
+	release(nil)
+	h.s.Poll(h.now)
+	require.Equal(t, int64(7), one(t, h).(*kmsg.OffsetFetchResponse).Topics[0].Partitions[0].Offset)
+
+	// Leadership moves away and comes back: a new coordinator term, not
+	// confirmed while the fence is held.
+	offsets.SetLeader(2)
+	h.send(fetchOffsetsReq(5, "simple", "a"))
+	require.Equal(t, int16(16), one(t, h).(*kmsg.OffsetFetchResponse).ErrorCode)
+	release = offsets.HoldFences()
+	offsets.SetLeader(1)
+	h.send(joinReq(4, ""))
+	require.Equal(t, int16(14), one(t, h).(*kmsg.JoinGroupResponse).ErrorCode, "COORDINATOR_LOAD_IN_PROGRESS until confirmed")
+	release(nil)
+	g.Tick(h.now)
+	h.send(joinReq(4, ""))
+	require.Equal(t, int16(79), one(t, h).(*kmsg.JoinGroupResponse).ErrorCode, "confirmed: MEMBER_ID_REQUIRED, the join goes on")
+}

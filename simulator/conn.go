@@ -22,6 +22,7 @@ func (n *node) accept(c *cconn) (*sconn, error) {
 			if !sc.closed {
 				sc.sess.ProduceDone(n.s.w.now, comp)
 				sc.flush()
+				n.flush()
 			}
 		})
 	})
@@ -44,6 +45,7 @@ func (sc *sconn) receive(frame []byte) {
 	}
 	sc.sess.Receive(sc.n.s.w.now, frame)
 	sc.flush()
+	sc.n.flush()
 }
 
 func (sc *sconn) wake() {
@@ -67,6 +69,7 @@ func (sc *sconn) poll() {
 	}
 	sc.sess.Poll(sc.n.s.w.now)
 	sc.flush()
+	sc.n.flush()
 }
 
 // flush carries out the session's output.

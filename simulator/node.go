@@ -50,6 +50,9 @@ type node struct {
 	futures map[raftnode.ProposalID]func(raftnode.Result, error)
 	backend *server.Backend
 	conns   []*sconn
+	// flushing: flush is running; dirty: the engine was asked something
+	// since (flush goes round again).
+	flushing, dirty bool
 
 	diskR  *rand.Rand
 	crashR *rand.Rand
@@ -159,11 +162,23 @@ func (n *node) tickLoop() {
 
 // flush carries out the engine's effects, then wakes the connections whose
 // wait ended (a view change, a read fence finished), as the production
-// connection goroutines wake on their channels.
+// connection goroutines wake on their channels; until nothing more was
+// asked of the engine. A session calls into the engine (propose, fence)
+// without flushing: the event that called the session flushes after it, so
+// no session is re-entered while it runs.
 func (n *node) flush() {
-	n.rn.Flush()
-	for _, sc := range slices.Clone(n.conns) {
-		sc.wake()
+	if n.flushing {
+		n.dirty = true
+		return
+	}
+	n.flushing = true
+	defer func() { n.flushing = false }()
+	for n.dirty = true; n.dirty; {
+		n.dirty = false
+		n.rn.Flush()
+		for _, sc := range slices.Clone(n.conns) {
+			sc.wake()
+		}
 	}
 }
 
@@ -193,7 +208,7 @@ func (n *node) propose(group uint64, data []byte, done func(raftnode.Result, err
 	id := s.nextProp
 	n.futures[id] = done
 	n.rn.Propose(group, id, data)
-	n.flush()
+	n.dirty = true
 }
 
 func (n *node) proposeConfChange(group uint64, cc *raftpb.ConfChangeV2, done func(error)) {
@@ -203,6 +218,9 @@ func (n *node) proposeConfChange(group uint64, cc *raftpb.ConfChangeV2, done fun
 	n.rn.ProposeConfChange(group, id, cc)
 	n.flush()
 }
+
+// Calls into the engine from sessions leave the flush to the event that
+// called the session (flush).
 
 // readable: this process leads the group and applied an entry of its term.
 func (n *node) readable(group uint64) bool {
@@ -244,7 +262,7 @@ func (r simReplication) ProposeFunc(group uint64, data []byte, done func(raftnod
 func (r simReplication) Fence(group uint64) *raftnode.Fence {
 	f := raftnode.NewFence()
 	r.n.rn.Fence(group, f)
-	r.n.flush()
+	r.n.dirty = true
 	return f
 }
 

@@ -654,7 +654,10 @@ func (s *Sim) inject(kind string) {
 		}
 		before := l.grp[g].HighWatermark * 3 / 4
 		s.w.fault(kind, "g%d delete before %d", g, before)
-		s.w.runIn(l, func() { l.propose(g, raftnode.RetainData(before), func(raftnode.Result, error) {}) })
+		s.w.runIn(l, func() {
+			l.propose(g, raftnode.RetainData(before), func(raftnode.Result, error) {})
+			l.flush()
+		})
 	}
 }
 

@@ -34,6 +34,7 @@ const (
 	ErrRebalanceInProgress        int16 = 27
 	ErrInvalidCommitOffsetSize    int16 = 28
 	ErrMemberIDRequired           int16 = 79
+	ErrGroupMaxSizeReached        int16 = 81
 	ErrUnknownServer              int16 = -1
 	ErrRequestTimedOut            int16 = 7
 	ErrCoordinatorLoadInProgress  int16 = 14
@@ -66,6 +67,13 @@ type Config struct {
 	// Nonce goes into every member id, so ids stay unique across restarts
 	// of the coordinator (the driver passes something like its start time).
 	Nonce string
+	// MaxMembers bounds the members (and members pending a second join)
+	// of one group (Kafka's group.max.size): a join beyond →
+	// GROUP_MAX_SIZE_REACHED. Default 1000.
+	MaxMembers int
+	// MaxGroups bounds the groups with members: a join creating one more
+	// → GROUP_MAX_SIZE_REACHED too. Default 10000.
+	MaxGroups int
 }
 
 func (c Config) withDefaults() Config {
@@ -77,6 +85,12 @@ func (c Config) withDefaults() Config {
 	}
 	if c.MaxMetadataBytes == 0 {
 		c.MaxMetadataBytes = 4096
+	}
+	if c.MaxMembers == 0 {
+		c.MaxMembers = 1000
+	}
+	if c.MaxGroups == 0 {
+		c.MaxGroups = 10000
 	}
 	return c
 }
@@ -390,6 +404,17 @@ func (c *Coordinator) sortedGroups() []*Group {
 	return out
 }
 
+// liveGroups counts the groups with members or members pending.
+func (c *Coordinator) liveGroups() int {
+	n := 0
+	for _, g := range c.groups {
+		if len(g.members)+len(g.pending) > 0 {
+			n++
+		}
+	}
+	return n
+}
+
 func (c *Coordinator) group(id string, create bool) *Group {
 	g := c.groups[id]
 	if g == nil && create {
@@ -419,6 +444,9 @@ func (c *Coordinator) Join(now int64, r JoinRequest) *Waiter {
 		if r.MemberID != "" {
 			return fail(ErrUnknownMemberID)
 		}
+		if c.liveGroups() >= c.cfg.MaxGroups {
+			return fail(ErrGroupMaxSizeReached)
+		}
 		g = c.group(r.Group, true)
 	}
 	if g.state == Dead {
@@ -428,6 +456,9 @@ func (c *Coordinator) Join(now int64, r JoinRequest) *Waiter {
 		return fail(ErrInconsistentGroupProtocol)
 	}
 	if r.MemberID == "" {
+		if len(g.members)+len(g.pending) >= c.cfg.MaxMembers {
+			return fail(ErrGroupMaxSizeReached)
+		}
 		id := c.newMemberID(r.ClientID)
 		if r.RequireKnownMemberID {
 			g.pending[id] = now + r.SessionTimeout

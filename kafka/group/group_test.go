@@ -378,3 +378,20 @@ func TestDeterministicMemberIDs(t *testing.T) {
 	}
 	require.Equal(t, run(), run())
 }
+
+// Groups and their members are bounded: a join beyond either cap gets
+// GROUP_MAX_SIZE_REACHED, and the coordinator goes on serving the rest.
+func TestGroupCaps(t *testing.T) {
+	c := New(Config{MaxMembers: 2, MaxGroups: 2})
+	require.Equal(t, ErrNone, c.Join(0, jreq("")).Join().Err)
+	c.Join(0, jreq("")) // the second member (its join completes with the rebalance)
+	require.Equal(t, ErrGroupMaxSizeReached, c.Join(0, jreq("")).Join().Err, "a third member")
+
+	other := jreq("")
+	other.Group = "h"
+	require.Equal(t, ErrNone, c.Join(0, other).Join().Err)
+	third := jreq("")
+	third.Group = "k"
+	require.Equal(t, ErrGroupMaxSizeReached, c.Join(0, third).Join().Err, "a third group")
+	require.Len(t, c.List(), 2)
+}
