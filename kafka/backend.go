@@ -44,6 +44,12 @@ type Backend interface {
 	// the call (the backend may stamp base offsets into it).
 	Produce(stream string, records []byte, done func(base int64, err error))
 
+	// Retain deletes a stream's records below before through Raft (whole
+	// segments, never the active one, never above the commit); done is
+	// called once, like Produce's. The coordinator compacts the offsets
+	// stream with it.
+	Retain(stream string, before int64, done func(err error))
+
 	// Log returns the read view of a stream this server leads. Errors:
 	// ErrUnknownStream, ErrNotLeader, ErrNoLeader.
 	Log(stream string) (LogView, error)

@@ -3,6 +3,7 @@ package kafka
 import (
 	"errors"
 	"sync"
+	"sync/atomic"
 
 	"github.com/vdl-project/vdl/kafka/group"
 )
@@ -45,12 +46,35 @@ type Groups struct {
 	leading bool
 	confirm ReadFence // the leadership confirmation in flight (nil: confirmed)
 	bad     int       // undecodable records seen in the offsets log
+
+	compactAfter int64
+	compact      compaction
 }
+
+// compaction is the offsets log's compaction in flight: a checkpoint being
+// written, then the retention of what it covers. Its state changes from
+// Produce callbacks (any goroutine, never blocking), the rest under mu.
+type compaction struct {
+	state   atomic.Int32 // compactIdle, compactWriting, compactWritten, compactRetaining
+	pending atomic.Int32 // checkpoint batches not yet committed
+	failed  atomic.Bool
+	covered int64 // the checkpoint repeats every commit below this offset
+}
+
+const (
+	compactIdle int32 = iota
+	compactWriting
+	compactWritten
+	compactRetaining
+)
 
 // GroupsConfig configures a Groups. Zero fields take defaults.
 type GroupsConfig struct {
 	OffsetsTopic string // default DefaultOffsetsTopic
 	Group        group.Config
+	// CompactAfter is how many records the offsets log may hold (and
+	// at least twice its live keys) before it is compacted. Default 100000.
+	CompactAfter int64
 	// Wall maps the driver's now to Unix milliseconds (commit timestamps);
 	// default now/1e6.
 	Wall func(now int64) int64
@@ -64,7 +88,10 @@ func NewGroups(cfg GroupsConfig, be Backend) *Groups {
 	if cfg.Wall == nil {
 		cfg.Wall = func(now int64) int64 { return now / 1e6 }
 	}
-	return &Groups{be: be, topic: cfg.OffsetsTopic, wall: cfg.Wall, c: group.New(cfg.Group)}
+	if cfg.CompactAfter == 0 {
+		cfg.CompactAfter = 100000
+	}
+	return &Groups{be: be, topic: cfg.OffsetsTopic, wall: cfg.Wall, c: group.New(cfg.Group), compactAfter: cfg.CompactAfter}
 }
 
 // OffsetsTopic returns the internal stream's name.
@@ -122,9 +149,9 @@ func (g *Groups) catchUp(view LogView) int16 {
 			return group.ErrCoordinatorLoadInProgress
 		}
 		for _, b := range bs {
-			bad, _ := group.DecodeBatches(b.Data, func(off int64, k group.OffsetKey, o *group.Offset) {
-				if off >= g.applied {
-					g.c.ApplyOffset(k, o, off)
+			bad, _ := group.DecodeBatches(b.Data, func(pos, logOffset int64, k group.OffsetKey, o *group.Offset) {
+				if pos >= g.applied {
+					g.c.ApplyOffset(k, o, logOffset)
 				}
 			})
 			g.bad += bad
@@ -134,12 +161,58 @@ func (g *Groups) catchUp(view LogView) int16 {
 	return group.ErrNone
 }
 
-// Tick applies the passage of time (session and rebalance timeouts) and
-// notices a lost leadership; the driver calls it periodically.
+// Tick applies the passage of time (session and rebalance timeouts),
+// notices a lost leadership and compacts the offsets log; the driver calls
+// it periodically.
 func (g *Groups) Tick(now int64) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	g.access(now)
+	if g.access(now) == group.ErrNone {
+		if view, err := g.be.Log(g.topic); err == nil {
+			g.compactStep(view, now)
+		}
+	}
+}
+
+// compactStep moves the offsets log's compaction on: once the log holds
+// CompactAfter records (and twice its live keys), the coordinator writes a
+// checkpoint repeating every key's latest commit (group/codec.go), then
+// deletes the log below the offset the checkpoint covers. A failure starts
+// over later. g.mu is held; this server coordinates.
+func (g *Groups) compactStep(view LogView, now int64) {
+	c := &g.compact
+	switch c.state.Load() {
+	case compactIdle:
+		records := view.HighWatermark() - view.StartOffset()
+		if records < g.compactAfter || records < 2*int64(g.c.OffsetCount()) {
+			return
+		}
+		batches := group.EncodeCheckpoint(g.c.Checkpoint(), g.wall(now), 256<<10)
+		if len(batches) == 0 {
+			return
+		}
+		c.covered = g.applied
+		c.failed.Store(false)
+		c.pending.Store(int32(len(batches)))
+		c.state.Store(compactWriting)
+		for _, b := range batches {
+			g.be.Produce(g.topic, b, func(_ int64, err error) {
+				if err != nil {
+					c.failed.Store(true)
+				}
+				if c.pending.Add(-1) == 0 {
+					if c.failed.Load() {
+						c.state.Store(compactIdle)
+					} else {
+						c.state.Store(compactWritten)
+					}
+				}
+			})
+		}
+	case compactWritten:
+		c.state.Store(compactRetaining)
+		g.be.Retain(g.topic, c.covered, func(error) { c.state.Store(compactIdle) })
+	}
 }
 
 // nextDeadline is the coordinator's next timeout (0: none).

@@ -364,3 +364,38 @@ func TestDeposedCoordinatorIsFenced(t *testing.T) {
 	h.send(joinReq(4, ""))
 	require.Equal(t, int16(79), one(t, h).(*kmsg.JoinGroupResponse).ErrorCode, "confirmed: MEMBER_ID_REQUIRED, the join goes on")
 }
+
+// The offsets log is compacted: once it holds CompactAfter records, the
+// coordinator writes a checkpoint of every key's latest commit and deletes
+// the log below it. A coordinator that replays what is left (a new leader)
+// has every latest commit — also one made after the checkpoint was built,
+// which the checkpoint's older repeat must not overwrite.
+func TestOffsetsLogCompaction(t *testing.T) {
+	h := newHarness(t, kafka.Config{})
+	h.be.AddStream(kafka.DefaultOffsetsTopic)
+	h.be.AddStream("c")
+	g := kafka.NewGroups(kafka.GroupsConfig{CompactAfter: 30}, h.be)
+	s, err := kafka.NewSessionWithGroups(kafka.Config{}, h.be, g, func(c kafka.Completion) { h.compl = append(h.compl, c) })
+	require.NoError(t, err)
+	h.s = s
+	for i := range 40 {
+		for _, topic := range []string{"a", "b", "c"} {
+			require.Equal(t, int16(0), commitCode(t, h, commitReq(2, "simple", -1, "", topic, int64(i), "")))
+		}
+	}
+	g.Tick(h.now) // the checkpoint
+	require.Equal(t, int16(0), commitCode(t, h, commitReq(2, "simple", -1, "", "a", 100, "")), "a commit after the checkpoint")
+	g.Tick(h.now) // the retention
+	st := g.Status(h.now, nil)
+	require.Greater(t, st.AppliedOffset, int64(120))
+	view, err := h.be.Log(kafka.DefaultOffsetsTopic)
+	require.NoError(t, err)
+	require.Greater(t, view.StartOffset(), int64(100), "the log below the checkpoint is gone")
+
+	replay := kafka.NewGroups(kafka.GroupsConfig{}, h.be)
+	p := peer(t, h, replay)
+	for topic, want := range map[string]int64{"a": 100, "b": 39, "c": 39} {
+		p.send(fetchOffsetsReq(5, "simple", topic))
+		require.Equal(t, want, one(t, p).(*kmsg.OffsetFetchResponse).Topics[0].Partitions[0].Offset, topic)
+	}
+}

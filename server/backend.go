@@ -113,6 +113,19 @@ func (b *Backend) Produce(name string, records []byte, done func(int64, error)) 
 	}
 }
 
+// Retain proposes the stream's retention below before (a replicated
+// command; the apply bounds it by the commit).
+func (b *Backend) Retain(name string, before int64, done func(error)) {
+	ref, ok := b.c.Stream(name)
+	if !ok || ref.Log == nil {
+		done(kafka.ErrUnknownStream)
+		return
+	}
+	if err := b.r.ProposeFunc(ref.Group, raftnode.RetainData(before), func(_ raftnode.Result, err error) { done(err) }); err != nil {
+		done(err)
+	}
+}
+
 // Log returns the read view of a stream this server leads and may serve.
 func (b *Backend) Log(name string) (kafka.LogView, error) {
 	ref, ok := b.c.Stream(name)

@@ -19,10 +19,22 @@ import (
 //	key   = int8 version (1) | string group | string topic | int32 partition
 //	value = int8 version (1) | int64 offset | int32 leader epoch |
 //	        string metadata | int64 commit time (ms)
+//	      | int8 version (2) | the same | int64 origin
 //
 // string = uint16 length | bytes (metadata: uint32 length | bytes).
+//
+// Compaction (Groups): the log only grows with commits, so the coordinator
+// now and then writes a checkpoint — every key's latest commit again, as
+// version 2 values naming the log offset of the commit they repeat
+// (origin) — and then deletes the log before what the checkpoint covers.
+// A checkpoint record applies as its origin (Coordinator.ApplyOffset keeps
+// the latest by log offset), so a commit made while the checkpoint was
+// written is never overwritten by the older value the checkpoint repeats.
 
-const recordVersion = 1
+const (
+	recordVersion     = 1
+	checkpointVersion = 2
+)
 
 // Commit is one offset to write.
 type Commit struct {
@@ -39,15 +51,7 @@ func EncodeCommits(commits []Commit, ts int64) []byte {
 		r.Length = int32(recordBodyLen(r))
 		recs = r.AppendTo(recs)
 	}
-	b := kmsg.RecordBatch{
-		PartitionLeaderEpoch: -1, Magic: 2,
-		LastOffsetDelta: int32(len(commits) - 1), FirstTimestamp: ts, MaxTimestamp: ts,
-		ProducerID: -1, ProducerEpoch: -1, FirstSequence: -1, NumRecords: int32(len(commits)), Records: recs,
-	}
-	out := b.AppendTo(nil)
-	binary.BigEndian.PutUint32(out[8:], uint32(len(out)-12))
-	binary.BigEndian.PutUint32(out[17:], crc32.Checksum(out[21:], crc32.MakeTable(crc32.Castagnoli)))
-	return out
+	return batchOf(recs, len(commits), ts)
 }
 
 func varintLen(v int64) int {
@@ -72,6 +76,48 @@ func encodeKey(k OffsetKey) []byte {
 	b = appendStr(b, k.Group)
 	b = appendStr(b, k.Topic)
 	return binary.BigEndian.AppendUint32(b, uint32(k.Partition))
+}
+
+// EncodeCheckpoint returns the batches (each at most about maxBytes) that
+// repeat entries — latest commits with their LogOffset — timestamped ts.
+func EncodeCheckpoint(entries []OffsetEntry, ts int64, maxBytes int) [][]byte {
+	var out [][]byte
+	var recs []byte
+	n := 0
+	flush := func() {
+		if n == 0 {
+			return
+		}
+		out = append(out, batchOf(recs, n, ts))
+		recs, n = nil, 0
+	}
+	for _, e := range entries {
+		v := append(encodeValue(e.Offset), 0, 0, 0, 0, 0, 0, 0, 0)
+		v[0] = checkpointVersion
+		binary.BigEndian.PutUint64(v[len(v)-8:], uint64(e.LogOffset))
+		r := kmsg.Record{OffsetDelta: int32(n), Key: encodeKey(e.OffsetKey), Value: v}
+		r.Length = int32(recordBodyLen(r))
+		recs = r.AppendTo(recs)
+		n++
+		if len(recs) >= maxBytes {
+			flush()
+		}
+	}
+	flush()
+	return out
+}
+
+// batchOf wraps n encoded records in a RecordBatch v2.
+func batchOf(recs []byte, n int, ts int64) []byte {
+	b := kmsg.RecordBatch{
+		PartitionLeaderEpoch: -1, Magic: 2,
+		LastOffsetDelta: int32(n - 1), FirstTimestamp: ts, MaxTimestamp: ts,
+		ProducerID: -1, ProducerEpoch: -1, FirstSequence: -1, NumRecords: int32(n), Records: recs,
+	}
+	out := b.AppendTo(nil)
+	binary.BigEndian.PutUint32(out[8:], uint32(len(out)-12))
+	binary.BigEndian.PutUint32(out[17:], crc32.Checksum(out[21:], crc32.MakeTable(crc32.Castagnoli)))
+	return out
 }
 
 func encodeValue(o Offset) []byte {
@@ -117,22 +163,31 @@ func decodeKey(b []byte) (OffsetKey, error) {
 	return k, nil
 }
 
-func decodeValue(b []byte) (Offset, error) {
+// decodeValue decodes a value; origin is the log offset of the commit a
+// checkpoint record repeats (-1 for a commit record).
+func decodeValue(b []byte) (o Offset, origin int64, err error) {
 	r := &reader{b: b}
-	if v := r.n(1)[0]; v != recordVersion {
-		return Offset{}, fmt.Errorf("%w: value version %d", errBadRecord, v)
+	v := r.n(1)[0]
+	if v != recordVersion && v != checkpointVersion {
+		return Offset{}, -1, fmt.Errorf("%w: value version %d", errBadRecord, v)
 	}
-	o := Offset{Offset: int64(r.u64()), LeaderEpoch: int32(r.u32()), Metadata: r.lstr(), CommitTime: int64(r.u64())}
-	if r.bad {
-		return Offset{}, errBadRecord
+	o = Offset{Offset: int64(r.u64()), LeaderEpoch: int32(r.u32()), Metadata: r.lstr(), CommitTime: int64(r.u64())}
+	origin = -1
+	if v == checkpointVersion {
+		origin = int64(r.u64())
 	}
-	return o, nil
+	if r.bad || origin < -1 {
+		return Offset{}, -1, errBadRecord
+	}
+	return o, origin, nil
 }
 
 // DecodeBatches calls fn for every record of the stored v2 batches in data
-// (uncompressed, as EncodeCommits writes them), with its log offset; a nil
-// offset is a deletion. Records that do not decode are skipped and counted.
-func DecodeBatches(data []byte, fn func(logOffset int64, k OffsetKey, o *Offset)) (bad int, err error) {
+// (uncompressed, as EncodeCommits and EncodeCheckpoint write them), with
+// its position in the log and the log offset of the commit it stands for
+// (its position, or a checkpoint record's origin); a nil offset is a
+// deletion. Records that do not decode are skipped and counted.
+func DecodeBatches(data []byte, fn func(pos, logOffset int64, k OffsetKey, o *Offset)) (bad int, err error) {
 	for len(data) > 0 {
 		if len(data) < 12 {
 			return bad, fmt.Errorf("%w: %d trailing bytes", errBadRecord, len(data))
@@ -168,17 +223,21 @@ func DecodeBatches(data []byte, fn func(logOffset int64, k OffsetKey, o *Offset)
 				bad++
 				continue
 			}
-			off := rb.FirstOffset + int64(r.OffsetDelta)
+			pos := rb.FirstOffset + int64(r.OffsetDelta)
 			if r.Value == nil {
-				fn(off, k, nil)
+				fn(pos, pos, k, nil)
 				continue
 			}
-			o, err := decodeValue(r.Value)
+			o, origin, err := decodeValue(r.Value)
 			if err != nil {
 				bad++
 				continue
 			}
-			fn(off, k, &o)
+			if origin >= 0 {
+				fn(pos, origin, k, &o) // a checkpoint's repeat of an earlier commit
+				continue
+			}
+			fn(pos, pos, k, &o)
 		}
 	}
 	return bad, nil

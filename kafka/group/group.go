@@ -801,6 +801,30 @@ func (c *Coordinator) Offsets(groupID string) []OffsetEntry {
 	return out
 }
 
+// Checkpoint returns every committed offset with its log offset, in group,
+// topic and partition order (what a compaction checkpoint repeats).
+func (c *Coordinator) Checkpoint() []OffsetEntry {
+	groups := make([]string, 0, len(c.offsets))
+	for id := range c.offsets {
+		groups = append(groups, id)
+	}
+	slices.Sort(groups)
+	var out []OffsetEntry
+	for _, id := range groups {
+		out = append(out, c.Offsets(id)...)
+	}
+	return out
+}
+
+// OffsetCount is the number of committed offsets.
+func (c *Coordinator) OffsetCount() int {
+	n := 0
+	for _, byKey := range c.offsets {
+		n += len(byKey)
+	}
+	return n
+}
+
 // OffsetEntry is one committed offset with its key.
 type OffsetEntry struct {
 	OffsetKey

@@ -355,7 +355,7 @@ func TestCodecRoundTrip(t *testing.T) {
 	b[7] = 100
 	var got []Commit
 	var offs []int64
-	bad, err := DecodeBatches(append(b, b...), func(off int64, k OffsetKey, o *Offset) {
+	bad, err := DecodeBatches(append(b, b...), func(off, _ int64, k OffsetKey, o *Offset) {
 		offs = append(offs, off)
 		got = append(got, Commit{Key: k, Offset: *o})
 	})
@@ -363,7 +363,7 @@ func TestCodecRoundTrip(t *testing.T) {
 	require.Zero(t, bad)
 	require.Equal(t, []int64{100, 101, 100, 101}, offs)
 	require.Equal(t, append(commits, commits...), got)
-	_, err = DecodeBatches(b[:30], func(int64, OffsetKey, *Offset) {})
+	_, err = DecodeBatches(b[:30], func(int64, int64, OffsetKey, *Offset) {})
 	require.Error(t, err)
 }
 

@@ -183,6 +183,28 @@ func (b *Backend) Produce(stream string, recs []byte, done func(int64, error)) {
 	})
 }
 
+// Retain implements kafka.Backend: the start moves to before (at most the
+// high watermark) and the batches wholly below it go.
+func (b *Backend) Retain(stream string, before int64, done func(error)) {
+	b.mu.Lock()
+	st, ok := b.streams[stream]
+	if !ok || st.leader != b.self {
+		b.mu.Unlock()
+		done(kafka.ErrNotLeader)
+		return
+	}
+	before = min(before, st.hwm)
+	if before > st.start {
+		st.start = before
+		for len(st.log) > 0 && st.log[0].NextOffset <= before {
+			st.log = st.log[1:]
+		}
+		st.signal()
+	}
+	b.mu.Unlock()
+	done(nil)
+}
+
 // Log implements kafka.Backend.
 func (b *Backend) Log(stream string) (kafka.LogView, error) {
 	b.mu.Lock()
