@@ -25,9 +25,11 @@ type Status struct {
 
 // StreamStatus is one stream as this server sees it.
 type StreamStatus struct {
-	Name        string `json:"name"`
-	StartOffset int64  `json:"start_offset"`
-	EndOffset   int64  `json:"end_offset"`
+	Name           string `json:"name"`
+	StartOffset    int64  `json:"start_offset"`
+	EndOffset      int64  `json:"end_offset"`
+	RetentionMs    int64  `json:"retention_ms"`
+	RetentionBytes int64  `json:"retention_bytes"`
 	raftnode.GroupStatus
 }
 
@@ -121,10 +123,12 @@ func (s *Server) Status() Status {
 		}
 		gs, _ := s.host.Status(sc.ID)
 		st.Streams = append(st.Streams, StreamStatus{
-			Name:        sc.Name,
-			StartOffset: str.log.StartOffset(),
-			EndOffset:   str.log.EndOffset(),
-			GroupStatus: gs,
+			Name:           sc.Name,
+			StartOffset:    str.log.StartOffset(),
+			EndOffset:      str.log.EndOffset(),
+			RetentionMs:    sc.RetentionMs,
+			RetentionBytes: sc.RetentionBytes,
+			GroupStatus:    gs,
 		})
 	}
 	return st

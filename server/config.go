@@ -68,6 +68,13 @@ type StreamConfig struct {
 	Name     string   `toml:"name"`
 	ID       uint64   `toml:"id"`       // Raft group id, unique in the cluster
 	Replicas []uint64 `toml:"replicas"` // default: every peer
+	// RetentionMs deletes records older than this (whole segments; by
+	// record timestamp); -1 keeps them for ever. Default 7 days (Kafka's
+	// retention.ms). RetentionBytes keeps at most about this much of the
+	// stream (per replica); 0 or -1: no size limit. The stream's leader
+	// applies them through replicated retention commands.
+	RetentionMs    int64 `toml:"retention_ms"`
+	RetentionBytes int64 `toml:"retention_bytes"`
 	// Join makes this server start the stream with an empty log that learns
 	// its membership from the leader (a server being added by a membership
 	// change), even where it would otherwise bootstrap it (a stream new to
@@ -95,6 +102,9 @@ type StorageConfig struct {
 	// KeepPageCache leaves closed segments in the OS page cache (by
 	// default they are dropped: see storage.Options.KeepPageCache).
 	KeepPageCache bool `toml:"keep_page_cache"`
+	// RetentionCheckMs is how often a leader applies its streams'
+	// retention policies. Default 30000.
+	RetentionCheckMs int `toml:"retention_check_ms"`
 }
 
 // LogConfig sets up structured logging.
@@ -102,6 +112,9 @@ type LogConfig struct {
 	Level  string `toml:"level"`  // debug, info (default), warn, error
 	Format string `toml:"format"` // text (default) or json
 }
+
+// DefaultRetentionMs is a stream's default retention_ms: 7 days.
+const DefaultRetentionMs = 7 * 24 * 3600 * 1000
 
 // DefaultOffsetsStreamID is the default Raft group id of the offsets stream.
 const DefaultOffsetsStreamID uint64 = 1 << 62
@@ -183,7 +196,8 @@ func (c *Config) Validate() error {
 		c.OffsetsStreamID = DefaultOffsetsStreamID
 	}
 	if !slices.ContainsFunc(c.Streams, func(s StreamConfig) bool { return s.Name == OffsetsStreamName }) {
-		c.Streams = append(c.Streams, StreamConfig{Name: OffsetsStreamName, ID: c.OffsetsStreamID})
+		// The offsets stream is compacted by the coordinator, never aged out.
+		c.Streams = append(c.Streams, StreamConfig{Name: OffsetsStreamName, ID: c.OffsetsStreamID, RetentionMs: -1})
 	} else if i := slices.IndexFunc(c.Streams, func(s StreamConfig) bool { return s.Name == OffsetsStreamName }); c.Streams[i].ID != c.OffsetsStreamID || len(c.Streams[i].Replicas) != len(c.Peers) {
 		errs = append(errs, fmt.Errorf("stream name %q is reserved for the offsets stream (set offsets_stream_id instead)", OffsetsStreamName))
 	}
@@ -197,6 +211,15 @@ func (c *Config) Validate() error {
 			errs = append(errs, fmt.Errorf("stream %q: id %d is zero or repeated", s.Name, s.ID))
 		}
 		names[s.Name], gids[s.ID] = true, true
+		switch {
+		case s.RetentionMs == 0:
+			s.RetentionMs = DefaultRetentionMs
+		case s.RetentionMs < -1:
+			errs = append(errs, fmt.Errorf("stream %q: retention_ms %d: want -1 (for ever) or a positive number of ms", s.Name, s.RetentionMs))
+		}
+		if s.RetentionBytes < -1 {
+			errs = append(errs, fmt.Errorf("stream %q: retention_bytes %d: want -1 (no limit) or a positive size", s.Name, s.RetentionBytes))
+		}
 		if len(s.Replicas) == 0 {
 			for _, p := range c.Peers {
 				s.Replicas = append(s.Replicas, p.ID)
@@ -224,6 +247,9 @@ func (c *Config) Validate() error {
 	}
 	if c.Storage.SegmentBytes == 0 {
 		c.Storage.SegmentBytes = 64 << 20
+	}
+	if c.Storage.RetentionCheckMs == 0 {
+		c.Storage.RetentionCheckMs = 30000
 	}
 	return errors.Join(errs...)
 }

@@ -140,6 +140,8 @@ func New(cfg Config, logger *slog.Logger) (*Server, error) {
 		s.wg.Add(1)
 		go s.hostWhenFoundersKnown(st)
 	}
+	s.wg.Add(1)
+	go s.runRetention()
 	return s, nil
 }
 

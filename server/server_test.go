@@ -33,6 +33,10 @@ type testCluster struct {
 }
 
 func newTestCluster(t *testing.T, segment int64) *testCluster {
+	return newTestClusterWith(t, func(c *Config) { c.Storage.SegmentBytes = segment })
+}
+
+func newTestClusterWith(t *testing.T, mod func(*Config)) *testCluster {
 	c := &testCluster{t: t}
 	var peers []Peer
 	for i := 1; i <= 3; i++ {
@@ -44,9 +48,9 @@ func newTestCluster(t *testing.T, segment int64) *testCluster {
 			NodeID: p.ID, ClusterID: "test", DataDir: filepath.Join(dir, fmt.Sprint(p.ID)),
 			KafkaListen: p.Kafka, RaftListen: p.Raft, AdminListen: p.Admin,
 			Peers: peers, Streams: []StreamConfig{{Name: "s", ID: 1}}, InitialClusterState: "new",
-			Raft:    RaftConfig{TickMillis: 20},
-			Storage: StorageConfig{SegmentBytes: segment},
+			Raft: RaftConfig{TickMillis: 20},
 		})
+		mod(&c.cfgs[len(c.cfgs)-1])
 	}
 	c.servers = make([]*Server, 3)
 	for i := range c.cfgs {
@@ -226,4 +230,41 @@ func TestFailStopStopsAdvertising(t *testing.T) {
 		}
 	}
 	produceValues(t, others, "b", 10)
+}
+
+// TestRetentionPolicies: the leader applies a stream's retention_bytes by
+// itself, through replicated retention commands: every replica deletes the
+// same head segments and starts at the same offset, and what is kept is
+// what the policy asks (at least retention_bytes, at most a segment more).
+func TestRetentionPolicies(t *testing.T) {
+	c := newTestClusterWith(t, func(cfg *Config) {
+		cfg.Storage.SegmentBytes = 64 << 10
+		cfg.Storage.RetentionCheckMs = 100
+		cfg.Streams[0].RetentionBytes = 256 << 10
+	})
+	require.Eventually(t, func() bool { return c.leader() >= 0 }, 20*time.Second, 20*time.Millisecond)
+	produceValues(t, c.brokers(), "a", 4000) // about 1 MiB
+	var start int64
+	require.Eventually(t, func() bool {
+		starts := map[int64]bool{}
+		for _, s := range c.servers {
+			starts[s.stream1().log.StartOffset()] = true
+			start = s.stream1().log.StartOffset()
+		}
+		return len(starts) == 1 && start > 0
+	}, 20*time.Second, 50*time.Millisecond, "every replica starts at the same offset, past 0")
+	l := c.servers[c.leader()].stream1().log
+	kept := func() int64 {
+		var n int64
+		for _, sg := range l.Segments() {
+			n += sg.Bytes
+		}
+		return n
+	}
+	require.Eventually(t, func() bool { return kept() < 256<<10+64<<10 }, 10*time.Second, 50*time.Millisecond,
+		"about retention_bytes kept (at most a segment more): %d", kept())
+	require.GreaterOrEqual(t, kept(), int64(256<<10), "at least retention_bytes kept")
+	st := c.servers[0].Status()
+	require.Equal(t, int64(256<<10), st.Streams[0].RetentionBytes)
+	require.Equal(t, int64(DefaultRetentionMs), st.Streams[0].RetentionMs)
 }

@@ -679,6 +679,35 @@ func (s *Sim) survivesLoss(n *node) bool {
 	return true
 }
 
+// simRetention is the second stream's retention policy (the first keeps
+// everything, for the final complete read): records older than 4 s of
+// simulated time, and beyond the newest 24 KiB, go.
+var simRetention = storage.RetentionPolicy{MaxAge: 4000, MaxBytes: 24 << 10}
+
+// retentionPolicies is the leader's periodic retention check, as the
+// server's (server.RetentionDue): record timestamps are simulated ms.
+func (s *Sim) retentionPolicies() {
+	defer s.w.after(time.Second, nil, s.retentionPolicies)
+	if len(s.groups) < 2 {
+		return
+	}
+	g := s.groups[1]
+	l := s.leader(g)
+	if l == nil || !l.readable(g) {
+		return
+	}
+	data, before, ok := server.RetentionDue(l.logs[g], simRetention, s.w.now/1e6, l.grp[g].HighWatermark)
+	if !ok {
+		return
+	}
+	s.w.faults["retention-policy"]++
+	s.w.record("n%d retention policy of g%d: before %d", l.id, g, before)
+	s.w.runIn(l, func() {
+		l.propose(g, data, func(raftnode.Result, error) {})
+		l.flush()
+	})
+}
+
 func (s *Sim) changeMember(l *node, g, id uint64, t raftpb.ConfChangeType) {
 	cc := &raftpb.ConfChangeV2{Changes: []*raftpb.ConfChangeSingle{{Type: t.Enum(), NodeId: new(id)}}}
 	s.w.runIn(l, func() {
@@ -795,6 +824,7 @@ func (s *Sim) run(res *Result) {
 	}
 	w.after(300*time.Millisecond, nil, s.nemesis)
 	w.after(0, nil, s.handshakes)
+	w.after(time.Second, nil, s.retentionPolicies)
 	w.run(int64(s.cfg.Safety))
 
 	// Liveness: heal everything; the cluster must make progress and converge.

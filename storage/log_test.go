@@ -806,3 +806,36 @@ func TestInstallKeepsTheMatchingPrefix(t *testing.T) {
 		require.NoError(t, l.Close())
 	}
 }
+
+// Retention policies delete the oldest closed, committed segments: those
+// wholly older than MaxAge, and those beyond the newest MaxBytes.
+func TestRetentionPoint(t *testing.T) {
+	segs := []SegmentInfo{
+		{FirstOffset: 0, EndOffset: 10, Bytes: 100, MaxTimestamp: 1000},
+		{FirstOffset: 10, EndOffset: 20, Bytes: 100, MaxTimestamp: 2000},
+		{FirstOffset: 20, EndOffset: 30, Bytes: 100, MaxTimestamp: 3000},
+		{FirstOffset: 30, EndOffset: 35, Bytes: 50, MaxTimestamp: 4000, Active: true},
+	}
+	require.Zero(t, RetentionPoint(segs, RetentionPolicy{}, 10000, 35), "no policy")
+	require.Equal(t, int64(20), RetentionPoint(segs, RetentionPolicy{MaxAge: 1500}, 4000, 35), "older than 2500")
+	require.Equal(t, int64(30), RetentionPoint(segs, RetentionPolicy{MaxAge: 1}, 1e9, 35), "never the active segment")
+	require.Equal(t, int64(10), RetentionPoint(segs, RetentionPolicy{MaxAge: 1}, 1e9, 15), "never past the high watermark")
+	require.Equal(t, int64(10), RetentionPoint(segs, RetentionPolicy{MaxBytes: 250}, 0, 35), "keeps at least 250 bytes")
+	require.Equal(t, int64(20), RetentionPoint(segs, RetentionPolicy{MaxBytes: 150}, 0, 35))
+
+	// On a real log: segments of the right sizes and timestamps.
+	l := openMem(t, memOpts(vfs.NewMem()))
+	defer l.Close()
+	for i := uint64(1); i <= 200; i++ {
+		require.NoError(t, l.Write([]*pb.Entry{userEnt(i, 1, 1, 1000, int64(i))}, hardState(1, 1, i)))
+	}
+	ss := l.Segments()
+	require.Greater(t, len(ss), 2)
+	require.True(t, ss[len(ss)-1].Active)
+	before := RetentionPoint(ss, RetentionPolicy{MaxAge: 50}, 200, l.EndOffset())
+	require.Positive(t, before)
+	require.Less(t, before, int64(200-50+1), "only records older than 50 ms")
+	_, err := l.DeleteBefore(before)
+	require.NoError(t, err)
+	require.Equal(t, before, l.StartOffset())
+}

@@ -63,3 +63,61 @@ func (l *Log) DeleteBefore(offset int64) (int, error) {
 	}
 	return k, nil
 }
+
+// SegmentInfo describes one segment for retention policies.
+type SegmentInfo struct {
+	FirstOffset, EndOffset int64
+	Bytes                  int64 // bytes the segment's records take
+	// MaxTimestamp is the largest record timestamp up to the segment's
+	// end (a running max: every record in it is at most this old).
+	MaxTimestamp int64
+	Active       bool
+}
+
+// Segments describes the log's segments, oldest first.
+func (l *Log) Segments() []SegmentInfo {
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	if l.closed {
+		return nil
+	}
+	out := make([]SegmentInfo, len(l.segs))
+	for i, s := range l.segs {
+		out[i] = SegmentInfo{FirstOffset: s.hdr.firstOffset, EndOffset: s.endOffset, Bytes: s.end - segHeaderSize,
+			MaxTimestamp: s.maxTs, Active: i == len(l.segs)-1}
+	}
+	return out
+}
+
+// RetentionPolicy is a stream's retention: records older than MaxAge ms,
+// or beyond the newest MaxBytes, are deleted (whole segments). Zero (or
+// negative) fields disable.
+type RetentionPolicy struct {
+	MaxAge   int64 // ms
+	MaxBytes int64
+}
+
+// RetentionPoint returns the offset below which p deletes the oldest
+// segments at nowMs (Unix ms), or 0 for none: only closed segments, only
+// below hwm (committed records), and MaxBytes keeps at least that much.
+// The leader proposes it as a replicated retention command.
+func RetentionPoint(segs []SegmentInfo, p RetentionPolicy, nowMs, hwm int64) int64 {
+	var total int64
+	for _, s := range segs {
+		total += s.Bytes
+	}
+	var before int64
+	for _, s := range segs {
+		if s.Active || s.EndOffset > hwm {
+			break
+		}
+		old := p.MaxAge > 0 && s.MaxTimestamp < nowMs-p.MaxAge
+		big := p.MaxBytes > 0 && total-s.Bytes >= p.MaxBytes
+		if !old && !big {
+			break
+		}
+		total -= s.Bytes
+		before = s.EndOffset
+	}
+	return before
+}

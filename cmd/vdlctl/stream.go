@@ -97,8 +97,10 @@ func newStatusCmd(a *app) *cobra.Command {
 					StartOffset   int64    `json:"start_offset"`
 					HighWatermark int64    `json:"high_watermark"`
 					EndOffset     int64    `json:"end_offset"`
-					Voters        []uint64 `json:"voters"`
-					InSync        []uint64 `json:"in_sync"`
+					Voters         []uint64 `json:"voters"`
+					InSync         []uint64 `json:"in_sync"`
+					RetentionMs    int64    `json:"retention_ms"`
+					RetentionBytes int64    `json:"retention_bytes"`
 				} `json:"streams"`
 			}
 			if err := json.Unmarshal(body, &st); err != nil {
@@ -106,15 +108,31 @@ func newStatusCmd(a *app) *cobra.Command {
 			}
 			fmt.Fprintf(a.stdout, "node %d, profile %s\n", st.NodeID, st.Profile)
 			tw := tabwriter.NewWriter(a.stdout, 2, 8, 2, ' ', 0)
-			fmt.Fprintln(tw, "STREAM\tLEADER\tROLE\tTERM\tSTART\tHWM\tEND\tVOTERS\tIN-SYNC")
+			fmt.Fprintln(tw, "STREAM\tLEADER\tROLE\tTERM\tSTART\tHWM\tEND\tVOTERS\tIN-SYNC\tRETENTION")
 			for _, s := range st.Streams {
-				fmt.Fprintf(tw, "%s\t%d\t%s\t%d\t%d\t%d\t%d\t%v\t%v\n", s.Name, s.Leader, strings.TrimPrefix(s.Role, "State"), s.Term, s.StartOffset, s.HighWatermark, s.EndOffset, s.Voters, s.InSync)
+				fmt.Fprintf(tw, "%s\t%d\t%s\t%d\t%d\t%d\t%d\t%v\t%v\t%s\n", s.Name, s.Leader, strings.TrimPrefix(s.Role, "State"), s.Term,
+					s.StartOffset, s.HighWatermark, s.EndOffset, s.Voters, s.InSync, retention(s.RetentionMs, s.RetentionBytes))
 			}
 			return tw.Flush()
 		},
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the raw JSON")
 	return cmd
+}
+
+// retention describes a stream's retention policy.
+func retention(ms, bytes int64) string {
+	var parts []string
+	if ms > 0 {
+		parts = append(parts, (time.Duration(ms) * time.Millisecond).String())
+	}
+	if bytes > 0 {
+		parts = append(parts, fmt.Sprintf("%d bytes", bytes))
+	}
+	if len(parts) == 0 {
+		return "for ever"
+	}
+	return strings.Join(parts, ", ")
 }
 
 func newStreamCmd(a *app) *cobra.Command {
