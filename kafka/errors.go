@@ -28,6 +28,7 @@ const (
 	errFetchSessionIDNotFound   int16 = 70
 	errInvalidFetchSessionEpoch int16 = 71
 	errUnsupportedCompression   int16 = 76
+	errKafkaStorageError        int16 = 56
 )
 
 // errorCode maps a Backend or storage error to a Kafka error code.
@@ -38,6 +39,8 @@ const (
 //   - no leader → LEADER_NOT_AVAILABLE; unknown stream → UNKNOWN_TOPIC_OR_PARTITION;
 //   - backpressure → NOT_ENOUGH_REPLICAS (19): retriable in every client,
 //     and like backpressure it means "rejected, not written";
+//   - a disk short of space → KAFKA_STORAGE_ERROR (56): retriable, not
+//     written; an entry too large → MESSAGE_TOO_LARGE (10);
 //   - timeout → REQUEST_TIMED_OUT; out of range → OFFSET_OUT_OF_RANGE;
 //   - record format errors → records.ErrorCode; anything else → UNKNOWN_SERVER_ERROR.
 func errorCode(err error, produceVersion int16) int16 {
@@ -56,6 +59,8 @@ func errorCode(err error, produceVersion int16) int16 {
 		return errNotEnoughReplicas
 	case errors.Is(err, raftnode.ErrEntryTooLarge):
 		return errMessageTooLarge
+	case errors.Is(err, raftnode.ErrDiskFull):
+		return errKafkaStorageError
 	case errors.Is(err, ErrTimeout), errors.Is(err, context.DeadlineExceeded):
 		return errRequestTimedOut
 	case errors.Is(err, storage.ErrOutOfRange):

@@ -46,6 +46,9 @@ var (
 	// ErrEntryTooLarge: a proposal larger than Config.MaxEntryBytes (definite:
 	// not proposed).
 	ErrEntryTooLarge = errors.New("raftnode: proposal larger than the maximum entry size")
+	// ErrDiskFull: the server is short of disk space and takes no new user
+	// data until space is freed (definite: not proposed; retriable).
+	ErrDiskFull = errors.New("raftnode: disk full: no new data is accepted until retention frees space")
 )
 
 // Storage is what the core reads of a group's log. *storage.Log satisfies it.
@@ -131,10 +134,11 @@ func (c *Config) defaults() {
 
 // Core owns every Raft group of one server.
 type Core struct {
-	cfg     Config
-	groups  map[uint64]*group
-	ids     []uint64 // sorted group ids: iteration order never comes from the map
-	effects []Effect
+	cfg      Config
+	diskFull bool // refuse user proposals (SetDiskFull)
+	groups   map[uint64]*group
+	ids      []uint64 // sorted group ids: iteration order never comes from the map
+	effects  []Effect
 }
 
 // NewCore returns a core with no groups.
@@ -145,6 +149,11 @@ func NewCore(cfg Config) *Core {
 
 // ID returns this server's node id.
 func (c *Core) ID() uint64 { return c.cfg.ID }
+
+// SetDiskFull makes the core refuse user proposals (ErrDiskFull) while the
+// server is short of disk space; commands (retention) and membership
+// changes go on.
+func (c *Core) SetDiskFull(full bool) { c.diskFull = full }
 
 // TakeEffects proposes what was submitted since the last call and returns
 // the effects emitted since then, in order. Proposals are stepped into raft
@@ -241,6 +250,10 @@ func (c *Core) Step(group uint64, m *raftpb.Message) {
 // arrives as a Complete effect with the same id.
 func (c *Core) Propose(group uint64, id ProposalID, data []byte) {
 	var offsets int64
+	if len(data) > 0 && data[0] == storage.TagUser && c.diskFull {
+		c.emit(Complete{Group: group, ID: id, Err: ErrDiskFull})
+		return
+	}
 	if len(data) > 0 && data[0] == storage.TagUser {
 		n, err := storage.UserOffsets(data)
 		if err != nil {

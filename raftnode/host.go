@@ -449,6 +449,12 @@ func (h *Host) submit(done func(Result, error), f func(ProposalID)) error {
 	return nil
 }
 
+// SetDiskFull says whether the server is short of disk space (user
+// proposals are refused meanwhile).
+func (h *Host) SetDiskFull(full bool) {
+	_ = h.do(func() { h.node.SetDiskFull(full) })
+}
+
 // TransferLeader asks the group's leader to hand over to peer.
 func (h *Host) TransferLeader(group, to uint64) error {
 	return h.do(func() { h.node.TransferLeader(group, to) })

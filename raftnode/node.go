@@ -143,6 +143,10 @@ func (n *Node) RemoveGroup(id uint64) {
 // Groups returns the hosted group ids, sorted.
 func (n *Node) Groups() []uint64 { return n.core.Groups() }
 
+// SetDiskFull says whether the server is short of disk space
+// (storage.Space): user proposals are refused meanwhile.
+func (n *Node) SetDiskFull(full bool) { n.core.SetDiskFull(full) }
+
 // Tick advances every group's logical clock by one tick.
 func (n *Node) Tick() {
 	if n.err != nil {

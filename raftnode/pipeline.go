@@ -98,6 +98,13 @@ func (j *WriteJob) run(it writeItem) error {
 			return fmt.Errorf("group %d: save conf state: %w", e.Group, err)
 		}
 	case Retain:
+		// Everything up to the command is applied: record it durably so
+		// segments of entries up to here can go now, not only once a
+		// later write syncs the applied index.
+		it.l.SetApplied(e.Index)
+		if _, err := it.l.Sync(); err != nil && !errors.Is(err, storage.ErrClosed) {
+			return fmt.Errorf("group %d: retention: %w", e.Group, err)
+		}
 		n, err := it.l.DeleteBefore(e.BeforeOffset)
 		switch {
 		case err != nil && !errors.Is(err, storage.ErrClosed):

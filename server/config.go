@@ -105,6 +105,11 @@ type StorageConfig struct {
 	// RetentionCheckMs is how often a leader applies its streams'
 	// retention policies. Default 30000.
 	RetentionCheckMs int `toml:"retention_check_ms"`
+	// ReservedBytes is the data dir's space reserve (storage.Space): it
+	// lets segment rolls and retention go on when the disk fills, and the
+	// server refuses new data while it is in use or the free space is
+	// below it. Default 2 segments + 64 MiB; -1 disables.
+	ReservedBytes int64 `toml:"reserved_bytes"`
 }
 
 // LogConfig sets up structured logging.
@@ -250,6 +255,9 @@ func (c *Config) Validate() error {
 	}
 	if c.Storage.RetentionCheckMs == 0 {
 		c.Storage.RetentionCheckMs = 30000
+	}
+	if c.Storage.ReservedBytes == 0 {
+		c.Storage.ReservedBytes = 2*c.Storage.SegmentBytes + 64<<20
 	}
 	return errors.Join(errs...)
 }

@@ -35,6 +35,7 @@ type Server struct {
 
 	ident  Identity
 	peers  *peerBook
+	space  *storage.Space
 	dirOps chan func() // peer bookkeeping of membership changes, in order
 
 	// ctx ends when the server closes (snapshot entry copies, waits).
@@ -61,13 +62,18 @@ type stream struct {
 // openStream) and starts replication; Serve starts the client-facing
 // listeners.
 func New(cfg Config, logger *slog.Logger) (*Server, error) {
+	return newServer(cfg, logger, vfs.OS{})
+}
+
+// newServer is New on a file system of the caller's (tests: vfs.Mem).
+func newServer(cfg Config, logger *slog.Logger, fsys vfs.FS) (*Server, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
 	if logger == nil {
 		logger = slog.Default()
 	}
-	s := &Server{cfg: cfg, log: logger, fs: vfs.OS{}, streams: map[string]*stream{}, byGroup: map[uint64]*stream{},
+	s := &Server{cfg: cfg, log: logger, fs: fsys, streams: map[string]*stream{}, byGroup: map[uint64]*stream{},
 		dirOps: make(chan func(), 64)}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	mode, err := s.initIdentity()
@@ -77,6 +83,8 @@ func New(cfg Config, logger *slog.Logger) (*Server, error) {
 	if s.peers, err = loadPeerBook(s.fs, cfg.DataDir); err != nil {
 		return nil, err
 	}
+	s.space = storage.NewSpace(s.fs, cfg.DataDir, max(cfg.Storage.ReservedBytes, 0))
+	s.space.OnChange = s.spaceChanged
 	s.wg.Add(1)
 	go s.runDirOps()
 	peers := map[uint64]string{}
@@ -140,8 +148,9 @@ func New(cfg Config, logger *slog.Logger) (*Server, error) {
 		s.wg.Add(1)
 		go s.hostWhenFoundersKnown(st)
 	}
-	s.wg.Add(1)
+	s.wg.Add(2)
 	go s.runRetention()
+	go s.watchSpace()
 	return s, nil
 }
 
@@ -216,6 +225,7 @@ func (s *Server) openStream(sc StreamConfig, mode startMode) (*stream, bool, err
 		SegmentSize:    s.cfg.Storage.SegmentBytes,
 		TailCacheBytes: s.cfg.Storage.TailCacheBytes,
 		KeepPageCache:  s.cfg.Storage.KeepPageCache,
+		Space:          s.space,
 		Logger:         s.log.With("stream", sc.Name),
 	})
 	if err != nil {
@@ -328,6 +338,33 @@ func (s *Server) runDirOps() {
 // membership returns a hosted group's voters and learners.
 func (s *Server) membership(group uint64) (voters, learners []uint64, ok bool) {
 	return s.peers.members(group)
+}
+
+// watchSpace checks the data dir's space reserve twice a second (rolls
+// check it too); spaceChanged tells the host whether it is short of space
+// (then user produces are refused with KAFKA_STORAGE_ERROR until space is
+// freed).
+func (s *Server) watchSpace() {
+	defer s.wg.Done()
+	t := time.NewTicker(500 * time.Millisecond)
+	defer t.Stop()
+	for {
+		s.space.Check()
+		select {
+		case <-s.ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+func (s *Server) spaceChanged(low bool) {
+	s.host.SetDiskFull(low)
+	if low {
+		s.log.Error("disk short of space: produces are refused (KAFKA_STORAGE_ERROR) until retention or an operator frees space", "dir", s.cfg.DataDir)
+	} else {
+		s.log.Info("disk space is back: produces are accepted again", "dir", s.cfg.DataDir)
+	}
 }
 
 // Host returns the Raft host.

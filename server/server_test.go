@@ -15,7 +15,9 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/vdl-project/vdl/vfs"
 )
 
 func freeAddr(t *testing.T) string {
@@ -30,6 +32,7 @@ type testCluster struct {
 	t       *testing.T
 	cfgs    []Config
 	servers []*Server
+	fss     []vfs.FS // nil: the OS file system
 }
 
 func newTestCluster(t *testing.T, segment int64) *testCluster {
@@ -37,7 +40,12 @@ func newTestCluster(t *testing.T, segment int64) *testCluster {
 }
 
 func newTestClusterWith(t *testing.T, mod func(*Config)) *testCluster {
-	c := &testCluster{t: t}
+	return newTestClusterOn(t, nil, mod)
+}
+
+// newTestClusterOn runs the servers on the given file systems (nil: the OS).
+func newTestClusterOn(t *testing.T, fss []vfs.FS, mod func(*Config)) *testCluster {
+	c := &testCluster{t: t, fss: fss}
 	var peers []Peer
 	for i := 1; i <= 3; i++ {
 		peers = append(peers, Peer{ID: uint64(i), Raft: freeAddr(t), Kafka: freeAddr(t), Admin: freeAddr(t)})
@@ -71,7 +79,11 @@ func (c *testCluster) start(i int) {
 	if testing.Verbose() {
 		logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	}
-	s, err := New(c.cfgs[i], logger.With("node", i+1))
+	var fsys vfs.FS = vfs.OS{}
+	if c.fss != nil {
+		fsys = c.fss[i]
+	}
+	s, err := newServer(c.cfgs[i], logger.With("node", i+1), fsys)
 	require.NoError(c.t, err)
 	require.NoError(c.t, s.Serve(make(chan error, 2)))
 	c.servers[i] = s
@@ -267,4 +279,61 @@ func TestRetentionPolicies(t *testing.T) {
 	st := c.servers[0].Status()
 	require.Equal(t, int64(256<<10), st.Streams[0].RetentionBytes)
 	require.Equal(t, int64(DefaultRetentionMs), st.Streams[0].RetentionMs)
+}
+
+// TestDiskFull: the disks of all three replicas fill up. Nobody fail-stops:
+// the servers refuse produces with KAFKA_STORAGE_ERROR (retriable), keep
+// serving reads, and write the retention command that frees space (the
+// space reserve is given up for it); then produces are accepted again by
+// themselves. (Every replica used to fail-stop at once, and the retention
+// command itself could not be written.)
+func TestDiskFull(t *testing.T) {
+	mems := []*vfs.Mem{vfs.NewMem(), vfs.NewMem(), vfs.NewMem()}
+	c := newTestClusterOn(t, []vfs.FS{mems[0], mems[1], mems[2]}, func(cfg *Config) {
+		cfg.DataDir = "/data"
+		cfg.Storage.SegmentBytes = 64 << 10
+		cfg.Storage.ReservedBytes = 128 << 10
+		cfg.Streams[0].RetentionMs = -1
+	})
+	require.Eventually(t, func() bool { return c.leader() >= 0 }, 20*time.Second, 20*time.Millisecond)
+	produceValues(t, c.brokers(), "a", 500)
+	for _, m := range mems {
+		m.SetCapacity(1 << 40)
+		free, err := m.FreeSpace("/data")
+		require.NoError(t, err)
+		m.SetCapacity(1<<40 - int64(free) + 1<<20) // 1 MiB left
+	}
+	cl, err := kgo.NewClient(kgo.SeedBrokers(c.brokers()...), kgo.DefaultProduceTopic("s"),
+		kgo.RequiredAcks(kgo.AllISRAcks()), kgo.DisableIdempotentWrite(), kgo.RecordRetries(0), kgo.RecordDeliveryTimeout(5*time.Second))
+	require.NoError(t, err)
+	defer cl.Close()
+	var refused error
+	for i := 0; i < 5000 && refused == nil; i++ {
+		err := cl.ProduceSync(context.Background(), &kgo.Record{Value: []byte(strings.Repeat("f", 1000))}).FirstErr()
+		if errors.Is(err, kerr.KafkaStorageError) {
+			refused = err
+		}
+	}
+	require.ErrorIs(t, refused, kerr.KafkaStorageError, "a full disk refuses produces with a retriable error")
+	for i, s := range c.servers {
+		require.NoError(t, s.Host().Err(), "node %d did not fail-stop", i+1)
+	}
+	// Reads go on.
+	l := c.leader()
+	hwm, _, _ := c.servers[l].Host().HighWatermark(1)
+	bs, err := c.servers[l].stream1().log.Read(0, hwm, 1<<20)
+	require.NoError(t, err)
+	require.NotEmpty(t, bs)
+	// Retention frees space; produces resume by themselves.
+	resp, err := http.Post(fmt.Sprintf("http://%s/streams/s/retain?before=%d", c.cfgs[l].AdminListen, hwm), "", nil)
+	require.NoError(t, err)
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	require.Equal(t, http.StatusOK, resp.StatusCode, string(body))
+	require.Eventually(t, func() bool {
+		return cl.ProduceSync(context.Background(), &kgo.Record{Value: []byte("back")}).FirstErr() == nil
+	}, 20*time.Second, 100*time.Millisecond, "produces accepted again once space is freed")
+	for i, s := range c.servers {
+		require.NoError(t, s.Host().Err(), "node %d did not fail-stop", i+1)
+	}
 }

@@ -45,6 +45,7 @@ type node struct {
 	dirID   uint64
 	roster  *server.Roster
 	joining bool
+	space   *storage.Space // the data dir's space reserve, as the server's
 
 	grp     map[uint64]*gview
 	futures map[raftnode.ProposalID]func(raftnode.Result, error)
@@ -53,6 +54,7 @@ type node struct {
 	// flushing: flush is running; dirty: the engine was asked something
 	// since (flush goes round again).
 	flushing, dirty bool
+	ticks           int
 
 	diskR  *rand.Rand
 	crashR *rand.Rand
@@ -85,6 +87,7 @@ func (n *node) openLog(group uint64) (*storage.Log, error) {
 		Dir:         path.Join(n.dir(), fmt.Sprintf("g%d", group)),
 		Stream:      group,
 		SegmentSize: n.s.segmentSize,
+		Space:       n.space,
 		Logger:      discard,
 	})
 }
@@ -131,6 +134,11 @@ func (n *node) start() error {
 		cfg.OnEffect = func(e raftnode.Effect) { s.w.record("n%d %s", n.id, raftnode.Describe(e)) }
 	}
 	n.rn = raftnode.NewNode(cfg, simIO{n})
+	n.space = storage.NewSpace(n.fs, n.dir(), 2*s.segmentSize+8<<10)
+	n.space.OnChange = func(low bool) {
+		s.w.record("n%d disk short of space: %v", n.id, low)
+		n.rn.SetDiskFull(low)
+	}
 	n.backend = server.NewBackend(simReplication{n}, simCatalog{n})
 	for _, g := range s.groups {
 		l, err := n.openLog(g)
@@ -155,6 +163,9 @@ func (n *node) start() error {
 }
 
 func (n *node) tickLoop() {
+	if n.ticks++; n.ticks%10 == 0 {
+		n.space.Check() // the server checks its space reserve periodically
+	}
 	n.rn.Tick()
 	n.flush()
 	n.s.w.after(n.s.tick, n, n.tickLoop)

@@ -566,8 +566,15 @@ func (s *Sim) inject(kind string) {
 		n.fs.SetFaults(f)
 		s.openWindow(kind, fmt.Sprintf("n%d next %s fails with EIO", n.id, map[bool]string{true: "fsync", false: "write"}[f.FailSyncs > 0]), d, func() { n.fs.SetFaults(vfs.Faults{}) })
 	case "disk-enospc":
+		// The disk fills to a few KiB of room. Half the time it stays full
+		// (across restarts, until the heal; retention frees some of it),
+		// else an operator adds space when the window ends.
 		n := s.pick()
 		n.fs.SetCapacity(memUsed(n.fs, "/") + r.Int64N(64<<10))
+		if r.IntN(2) == 0 {
+			s.openWindow(kind, fmt.Sprintf("n%d disk full until the heal", n.id), d, nil)
+			return
+		}
 		s.openWindow(kind, fmt.Sprintf("n%d disk full", n.id), d, func() { n.fs.SetCapacity(0) })
 	case "disk-slow":
 		n := s.pick()

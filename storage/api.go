@@ -66,7 +66,11 @@ type Options struct {
 	// MaxReadBytes caps one Read (a fetch of one stream): larger asks get
 	// about this much (the first batch always whole). Default 16 MiB.
 	MaxReadBytes int
-	Logger       *slog.Logger
+	// Space is the data dir's space reserve (shared by its logs): a roll,
+	// index or retention write that finds the disk full gives it up and
+	// tries again. Nil: none.
+	Space  *Space
+	Logger *slog.Logger
 }
 
 // Synced is what Sync returns: everything written before the Sync call is

@@ -38,6 +38,7 @@ type Log struct {
 
 	keepPageCache bool
 	maxRead       int
+	space         *Space
 
 	wmu sync.Mutex
 	mu  sync.RWMutex

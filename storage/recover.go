@@ -36,7 +36,7 @@ func Open(opts Options) (*Log, error) {
 		opts.MaxReadBytes = defaultMaxReadBytes
 	}
 	l := &Log{fs: opts.FS, dir: opts.Dir, stream: opts.Stream, segSize: opts.SegmentSize, logger: opts.Logger,
-		keepPageCache: opts.KeepPageCache, maxRead: opts.MaxReadBytes}
+		keepPageCache: opts.KeepPageCache, maxRead: opts.MaxReadBytes, space: opts.Space}
 	l.cache.limit = opts.TailCacheBytes
 	if err := l.recover(); err != nil {
 		for _, s := range l.segs {

@@ -21,7 +21,7 @@ func (l *Log) DeleteBefore(offset int64) (int, error) {
 		// The retention point itself is replicated state: every replica
 		// records it, whatever its segment boundaries allow it to delete.
 		m.logStart = offset
-		if err := saveMeta(l.fs, l.dir, &m); err != nil {
+		if err := l.retryNoSpace(func() error { return saveMeta(l.fs, l.dir, &m) }); err != nil {
 			return 0, l.fail(err)
 		}
 		l.mu.Lock()
@@ -45,7 +45,7 @@ func (l *Log) DeleteBefore(offset int64) (int, error) {
 			m.confs = append(m.confs, c)
 		}
 	}
-	if err := saveMeta(l.fs, l.dir, &m); err != nil {
+	if err := l.retryNoSpace(func() error { return saveMeta(l.fs, l.dir, &m) }); err != nil {
 		return 0, err
 	}
 	l.mu.Lock()

@@ -278,13 +278,17 @@ func (l *Log) roll(need int64) error {
 	if !l.keepPageCache {
 		l.uncache = append(l.uncache, old)
 	}
-	if err := old.writeIndexFiles(l.fs, l.stream, l.ridx, l.lidx); err != nil {
+	if err := l.retryNoSpace(func() error { return old.writeIndexFiles(l.fs, l.stream, l.ridx, l.lidx) }); err != nil {
 		return err
 	}
-	ns, err := l.createSegment(old, need)
-	if err != nil {
+	var ns *segment
+	if err := l.retryNoSpace(func() (err error) {
+		ns, err = l.createSegment(old, need)
+		return err
+	}); err != nil {
 		return err
 	}
+	l.space.rolled()
 	// The next segment likely holds about as many entries: growing its
 	// indexes from nothing would copy them over and over.
 	ridx, lidx := make([]ridxEnt, 0, cap(l.ridx)), make([]lidxEnt, 0, cap(l.lidx))

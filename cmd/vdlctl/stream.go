@@ -90,13 +90,13 @@ func newStatusCmd(a *app) *cobra.Command {
 				NodeID  uint64 `json:"node_id"`
 				Profile string `json:"profile"`
 				Streams []struct {
-					Name          string   `json:"name"`
-					Leader        uint64   `json:"leader"`
-					Role          string   `json:"role"`
-					Term          uint64   `json:"term"`
-					StartOffset   int64    `json:"start_offset"`
-					HighWatermark int64    `json:"high_watermark"`
-					EndOffset     int64    `json:"end_offset"`
+					Name           string   `json:"name"`
+					Leader         uint64   `json:"leader"`
+					Role           string   `json:"role"`
+					Term           uint64   `json:"term"`
+					StartOffset    int64    `json:"start_offset"`
+					HighWatermark  int64    `json:"high_watermark"`
+					EndOffset      int64    `json:"end_offset"`
 					Voters         []uint64 `json:"voters"`
 					InSync         []uint64 `json:"in_sync"`
 					RetentionMs    int64    `json:"retention_ms"`

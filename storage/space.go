@@ -1,0 +1,139 @@
+package storage
+
+import (
+	"errors"
+	"io/fs"
+	"path"
+	"sync"
+
+	"github.com/vdl-project/vdl/vfs"
+)
+
+// Space keeps a data dir's space reserve, so that a full disk never stops
+// every replica at once with nothing left to free space with.
+//
+//   - A ballast file of Reserve bytes sits in the data dir. When a segment
+//     roll, an index file or a meta file (the retention point) cannot be
+//     written for lack of space, the log gives the ballast up and tries
+//     again: the roll and the retention commands that free space are
+//     always written.
+//   - Check (called periodically) reports the disk short of space (low)
+//     while the ballast is gone or the free space is below Reserve: the
+//     server then refuses new user data (leaders answer
+//     KAFKA_STORAGE_ERROR), and goes on serving reads and applying
+//     retention. Once free space is back (retention, an operator), Check
+//     recreates the ballast and the server resumes by itself.
+//
+// A write that still finds the disk full (another program filled it past
+// the reserve) fail-stops the server as any failed write does.
+type Space struct {
+	fs      vfs.FS
+	dir     string
+	reserve int64
+	// OnChange, if set, is told when the disk becomes short of space or
+	// has space again, as soon as a roll notices it (the periodic Check
+	// notices too). Called from the writer: it must not block.
+	OnChange func(low bool)
+
+	mu      sync.Mutex
+	ballast bool
+	low     bool
+}
+
+const ballastName = "reserve.ballast"
+
+// NewSpace returns the reserve of dir (reserve bytes; 0 disables it).
+func NewSpace(fsys vfs.FS, dir string, reserve int64) *Space {
+	s := &Space{fs: fsys, dir: dir, reserve: reserve}
+	if _, err := fsys.Stat(path.Join(dir, ballastName)); err == nil {
+		s.ballast = true
+	}
+	return s
+}
+
+// Check recreates the ballast when the space allows it (twice Reserve
+// free) and reports whether the disk is short of space.
+func (s *Space) Check() (low bool) {
+	if s == nil || s.reserve <= 0 {
+		return false
+	}
+	free, err := s.fs.FreeSpace(s.dir)
+	if err != nil {
+		return false // cannot tell: a write will
+	}
+	s.mu.Lock()
+	if !s.ballast && free >= uint64(2*s.reserve) {
+		if err := s.create(); err == nil {
+			s.ballast = true
+			free -= uint64(s.reserve)
+		}
+	}
+	low = !s.ballast || free < uint64(s.reserve)
+	changed := low != s.low
+	s.low = low
+	s.mu.Unlock()
+	if changed && s.OnChange != nil {
+		s.OnChange(low)
+	}
+	return low
+}
+
+func (s *Space) create() error {
+	name := path.Join(s.dir, ballastName)
+	f, err := s.fs.Create(name)
+	if err != nil {
+		return err
+	}
+	err = f.Allocate(s.reserve)
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = s.fs.SyncDir(s.dir)
+	}
+	if err != nil {
+		_ = s.fs.Remove(name)
+	}
+	return err
+}
+
+// release gives the ballast up (a write found the disk full); false when
+// there was none to give.
+func (s *Space) release() bool {
+	if s == nil {
+		return false
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.ballast {
+		return false
+	}
+	err := s.fs.Remove(path.Join(s.dir, ballastName))
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return false
+	}
+	_ = s.fs.SyncDir(s.dir)
+	s.ballast = false
+	return true
+}
+
+// rolled is told that a log took a new segment: the free space changed.
+func (s *Space) rolled() {
+	if s != nil {
+		s.Check()
+	}
+}
+
+// retryNoSpace runs f, and once more after giving up the ballast if it
+// failed for lack of space.
+func (l *Log) retryNoSpace(f func() error) error {
+	err := f()
+	if errors.Is(err, vfs.ErrNoSpace) && l.space.release() {
+		l.logger.Warn("disk full: the space reserve is given up to go on", "dir", l.dir)
+		err = f()
+	}
+	return err
+}
