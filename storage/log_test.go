@@ -839,3 +839,49 @@ func TestRetentionPoint(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, before, l.StartOffset())
 }
+
+// A snapshot install copies only committed entries, and each chunk must
+// continue what it holds: a replica never serves the uncommitted suffix an
+// old leader left it (CommittedEntries stops at its commit index), and a
+// chunk whose previous term differs from the log being built is refused
+// (ErrDiverged) instead of spliced in. (The entries endpoint used to serve
+// up to the last index, from any replica, with only the snapshot index's
+// term checked.)
+func TestInstallTakesOnlyCommittedContinuousEntries(t *testing.T) {
+	src := openMem(t, memOpts(vfs.NewMem()))
+	defer src.Close()
+	require.NoError(t, src.Bootstrap(&pb.ConfState{Voters: []uint64{1, 2, 3}}))
+	for i := uint64(2); i <= 40; i++ { // committed up to 30; 31..40 an old leader's suffix
+		require.NoError(t, src.Write([]*pb.Entry{userEnt(i, 1, 1, 10, int64(i))}, hardState(1, 1, min(i, 30))))
+	}
+	ents, prev, err := src.CommittedEntries(20, 40, 1<<20)
+	require.NoError(t, err)
+	require.Equal(t, uint64(30), ents[len(ents)-1].GetIndex(), "never past the commit index")
+	require.Equal(t, uint64(1), prev)
+	_, _, err = src.CommittedEntries(31, 40, 1<<20)
+	require.ErrorIs(t, err, ErrNotCommitted)
+	_, _, err = src.CommittedEntries(1, 40, 1<<20)
+	require.ErrorIs(t, err, ErrOutOfRange, "below the log start")
+
+	// An install whose second chunk comes from a replica with another
+	// history (its entry before the chunk has another term).
+	dst := openMem(t, memOpts(vfs.NewMem()))
+	defer dst.Close()
+	d := snapDesc{first: 2, prevTerm: 1, confs: []confEntry{{index: 1, cs: &pb.ConfState{Voters: []uint64{1, 2, 3}}}}}
+	data, err := d.encode()
+	require.NoError(t, err)
+	snap := &pb.Snapshot{Metadata: &pb.SnapshotMetadata{Index: new(uint64(30)), Term: new(uint64(1)),
+		ConfState: &pb.ConfState{Voters: []uint64{1, 2, 3}}}, Data: data}
+	calls := 0
+	err = dst.InstallSnapshot(snap, func(from, to uint64) ([]*pb.Entry, uint64, error) {
+		calls++
+		ents, prev, err := src.CommittedEntries(from, min(to, from+9), 1<<20)
+		if calls == 2 {
+			prev = 7 // another history
+		}
+		return ents, prev, err
+	})
+	require.ErrorIs(t, err, ErrDiverged)
+	li, _ := dst.LastIndex()
+	require.Equal(t, uint64(11), li, "the first chunk stays, the diverging one is not written")
+}

@@ -402,3 +402,54 @@ func TestManyGroups(t *testing.T) {
 	}
 	t.Logf("leaders per server: %v", leaders)
 }
+
+// TestInstallGivesUpWhenEntriesAreGone: a follower's snapshot install is
+// held while retention deletes, on every other replica, the entries the
+// snapshot stands for. Every replica then answers that they are gone: the
+// install gives up, the group starts again from the follower's log, the
+// leader sends a newer snapshot and the follower catches up. (The install
+// used to retry for ever, and the group stayed stuck on that server until
+// the process restarted.)
+func TestInstallGivesUpWhenEntriesAreGone(t *testing.T) {
+	installing, release := make(chan struct{}), make(chan struct{})
+	var started, released sync.Once
+	c := New(t, Options{Nodes: []uint64{1, 2, 3}, Groups: []uint64{1}, SegmentSize: 64 << 10,
+		BeforeFetch: func(uint64, uint64) {
+			started.Do(func() { close(installing) })
+			<-release
+		}})
+	t.Cleanup(func() { released.Do(func() { close(release) }) })
+	ctx := deadline(t, 2*time.Minute)
+	f, acked, _ := leaveBehindRetention(t, ctx, c, 1, 400)
+	require.NoError(t, f.Start())
+	select {
+	case <-installing:
+	case <-ctx.Done():
+		t.Fatal("the restarted follower never started a snapshot install")
+	}
+	// While the copy waits, the others move on and delete what it needs.
+	acked = append(acked, produce(t, ctx, c, 1, 400, 16, 1000, "while-installing")...)
+	retain := endOf(acked) - 50
+	var others []*Node
+	for _, n := range c.Running() {
+		if n != f {
+			others = append(others, n)
+		}
+	}
+	firstBefore, err := others[0].Log(1).FirstIndex()
+	require.NoError(t, err)
+	waitFor(t, ctx, "retention to delete everything the held install needs", func() bool {
+		_, err := c.ProposeCommand(ctx, 1, raftnode.RetainData(retain))
+		require.NoError(t, err)
+		time.Sleep(50 * time.Millisecond)
+		for _, n := range others {
+			if fi, _ := n.Log(1).FirstIndex(); fi <= firstBefore {
+				return false
+			}
+		}
+		return true
+	})
+	released.Do(func() { close(release) })
+	acked = append(acked, produce(t, ctx, c, 1, 20, 4, 1000, "after")...)
+	require.Len(t, requireConverged(t, ctx, c, 1, acked), 3)
+}
