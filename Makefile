@@ -6,7 +6,7 @@ PKGS      := ./...
 RACE_PKGS := ./vfs/... ./storage/... ./raftnode/... ./kafka/... ./checker/... ./failpoints/...
 TEST_TIMEOUT ?= 20m
 
-.PHONY: all build test test-race run bench bench-storage bench-replication bench-e2e lint clean fuzz sim
+.PHONY: all build test test-race run bench bench-storage bench-replication bench-e2e lint clean fuzz sim test-canaries
 
 all: build
 
@@ -80,16 +80,24 @@ lint: check-no-failpoint-rewrites
 # --- Deterministic simulator (docs/simulation.md) ---
 # make sim                  a batch of seeds (SEEDS=n, START=n, or BUDGET=10m)
 # make sim SEED=n           replay one seed exactly, with a readable trace
-# SIMARGS passes more flags (-sim.nodes=5 -sim.dcs=3 -sim.canary=... -sim.effects).
+# make sim CANARY=name      ... with a deliberately broken variant (a vdlcanary build)
+# SIMARGS passes more flags (-sim.nodes=5 -sim.dcs=3 -sim.effects).
 SEEDS  ?=
 START  ?= 1
 BUDGET ?=
+CANARY ?=
 SIMARGS ?=
+SIMTAGS := $(if $(CANARY),-tags vdlcanary)
+SIMCANARY := $(if $(CANARY),-sim.canary=$(CANARY))
 
 sim:
 ifdef SEED
-	$(GO) test -count=1 -timeout 0 -run '^TestSim$$' ./simulator -v -args -sim.seed=$(SEED) $(SIMARGS)
+	$(GO) test $(SIMTAGS) -count=1 -timeout 0 -run '^TestSim$$' ./simulator -v -args -sim.seed=$(SEED) $(SIMCANARY) $(SIMARGS)
 else
-	$(GO) test -count=1 -timeout 0 -run '^TestSimBatch$$' ./simulator -args -sim.start=$(START) \
-		$(if $(SEEDS),-sim.seeds=$(SEEDS)) $(if $(BUDGET),-sim.budget=$(BUDGET)) $(SIMARGS)
+	$(GO) test $(SIMTAGS) -count=1 -timeout 0 -run '^TestSimBatch$$' ./simulator -args -sim.start=$(START) \
+		$(if $(SEEDS),-sim.seeds=$(SEEDS)) $(if $(BUDGET),-sim.budget=$(BUDGET)) $(SIMCANARY) $(SIMARGS)
 endif
+
+# Every canary must be caught by the check it targets (docs/testing.md).
+test-canaries:
+	$(GO) test -tags vdlcanary -count=1 -timeout $(TEST_TIMEOUT) -run 'TestCanar' ./simulator/

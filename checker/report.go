@@ -45,11 +45,13 @@ type Result struct {
 	Ops      int                `json:"ops"`
 	Streams  []*StreamResult    `json:"streams"`
 	Ordering Summary[Violation] `json:"ordering"`
-	Errors   []string           `json:"errors,omitempty"`   // malformed history: nothing else was checked
-	Warnings []string           `json:"warnings,omitempty"` // doubts about the check's assumptions
-	Millis   float64            `json:"millis"`
-	HTMLPath string             `json:"html,omitempty"`
-	Faults   []FaultWindow      `json:"faults,omitempty"`
+	// OrderingKinds counts the ordering violations by kind.
+	OrderingKinds map[ViolationKind]int `json:"ordering_kinds,omitempty"`
+	Errors        []string              `json:"errors,omitempty"`   // malformed history: nothing else was checked
+	Warnings      []string              `json:"warnings,omitempty"` // doubts about the check's assumptions
+	Millis        float64               `json:"millis"`
+	HTMLPath      string                `json:"html,omitempty"`
+	Faults        []FaultWindow         `json:"faults,omitempty"`
 }
 
 // Summary is a count with up to Options.MaxExamples examples.
@@ -156,6 +158,10 @@ func Check(history []Op, opts Options) *Result {
 		if sr := streamIdx[v.Stream]; sr != nil {
 			sr.Ordering++
 		}
+		if res.OrderingKinds == nil {
+			res.OrderingKinds = map[ViolationKind]int{}
+		}
+		res.OrderingKinds[v.Kind]++
 	}
 
 	anomalies := FindAnomalies(ops)

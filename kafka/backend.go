@@ -46,7 +46,8 @@ type Backend interface {
 
 	// Retain deletes a stream's records below before through Raft (whole
 	// segments, never the active one, never above the commit); done is
-	// called once, like Produce's. The coordinator compacts the offsets
+	// called once, like Produce's. A before above the high watermark is
+	// refused (ErrRetainAboveHWM). The coordinator compacts the offsets
 	// stream with it.
 	Retain(stream string, before int64, done func(err error))
 
@@ -96,4 +97,6 @@ var (
 	ErrNoLeader      = errors.New("kafka: stream has no leader")
 	ErrBackpressure  = errors.New("kafka: too much uncommitted data, retry later")
 	ErrTimeout       = errors.New("kafka: timed out waiting for commit")
+	// ErrRetainAboveHWM: retention may delete only committed records.
+	ErrRetainAboveHWM = errors.New("kafka: retention above the high watermark: only committed records can be deleted")
 )

@@ -222,12 +222,18 @@ func (c *Core) RemoveGroup(id uint64) {
 	g.failAll(c, ErrShutdown)
 	delete(c.groups, id)
 	c.ids = slices.DeleteFunc(c.ids, func(x uint64) bool { return x == id })
+	// Its storage effects not taken yet belong to the raft that is gone.
+	c.effects = slices.DeleteFunc(c.effects, func(e Effect) bool {
+		eg, ok := EffectGroup(e)
+		return ok && eg == id
+	})
 }
 
 // Tick advances every group's logical clock by one tick.
 func (c *Core) Tick() {
 	for _, id := range c.ids {
 		g := c.groups[id]
+		g.ticks++
 		g.rn.Tick()
 		c.drain(g)
 	}
@@ -242,6 +248,10 @@ func (c *Core) Step(group uint64, m *raftpb.Message) {
 	if raft.IsLocalMsg(m.GetType()) {
 		return // never from the network
 	}
+	if g.heard == nil {
+		g.heard = map[uint64]uint64{}
+	}
+	g.heard[m.GetFrom()] = g.ticks
 	_ = g.rn.Step(m) // peer-not-found and stale messages are dropped, as raft intends
 	c.drain(g)
 }

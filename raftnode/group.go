@@ -8,6 +8,7 @@ import (
 	"go.etcd.io/raft/v3/raftpb"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/vdl-project/vdl/internal/canary"
 	"github.com/vdl-project/vdl/storage"
 )
 
@@ -35,6 +36,12 @@ type group struct {
 	appending int
 	reads     []ProposalID // ReadIndex requests raft has not answered
 	waiting   *raft.Ready
+
+	// ticks counts the group's ticks; heard is the tick each peer was
+	// last heard from (for Progress.RecentActive: raft's own flag is
+	// cleared at every CheckQuorum round, so it says little between them).
+	ticks uint64
+	heard map[uint64]uint64
 }
 
 type pending struct {
@@ -89,7 +96,7 @@ func (c *Core) apply(g *group, ents []*raftpb.Entry) {
 					// Never beyond what is committed at this point of the log:
 					// every replica computes the same bound.
 					before := cmd.BeforeOffset
-					if end, e := g.st.NextOffsetAt(idx); e == nil {
+					if end, e := g.st.NextOffsetAt(idx); e == nil && !canary.On(canary.RetainAboveCommit) {
 						before = min(before, end)
 					}
 					c.emit(Retain{Group: g.id, Index: idx, BeforeOffset: before})

@@ -3,6 +3,7 @@ package raftnode
 import (
 	"errors"
 	"fmt"
+	"slices"
 
 	"github.com/pingcap/failpoint"
 	"go.etcd.io/raft/v3/raftpb"
@@ -128,6 +129,7 @@ func (n *Node) Installed(j *InstallJob, err error) {
 	switch {
 	case err == nil:
 		delete(n.installs, g)
+		n.installedConf(j.Append)
 		waiting := p.installing[g]
 		delete(p.installing, g)
 		p.last[g] = lastIndex(j.log)
@@ -164,6 +166,15 @@ func (n *Node) restartGroup(g uint64) {
 	delete(n.installs, g)
 	delete(n.pipe.installing, g)
 	delete(n.retries, g)
+	// Storage effects of the group not yet written belong to the raft
+	// that is going: written and reported now, the new one would send
+	// their acknowledgements (simulator seed 634: a follower acknowledged
+	// entries it had appended after the snapshot it then gave up, and the
+	// leader's next heartbeat committed past its log).
+	n.pipe.queue = slices.DeleteFunc(n.pipe.queue, func(e Effect) bool {
+		eg, _ := EffectGroup(e)
+		return eg == g
+	})
 	l := n.logs[g]
 	n.core.RemoveGroup(g)
 	if err := n.core.AddGroup(g, l); err != nil {
@@ -171,4 +182,5 @@ func (n *Node) restartGroup(g uint64) {
 		return
 	}
 	n.pipe.last[g] = lastIndex(l)
+	n.found(g, l)
 }

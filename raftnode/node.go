@@ -10,6 +10,7 @@ import (
 	"go.etcd.io/raft/v3/raftpb"
 
 	"github.com/vdl-project/vdl/failpoints"
+	"github.com/vdl-project/vdl/internal/canary"
 )
 
 // Node is one server's replication engine without its goroutines: the
@@ -39,6 +40,8 @@ type Node struct {
 	retries  map[uint64]uint64      // group -> tick of its next install attempt
 	ticks    uint64
 
+	durable map[uint64]Durable // what raft was told is on disk (durable.go)
+
 	fences       map[uint64]*fenceRound
 	reads        map[ProposalID]uint64 // read index request -> group
 	nextInternal ProposalID
@@ -58,7 +61,15 @@ type NodeConfig struct {
 	// OnMembership, when set, is told each membership change a group
 	// applies, with the change's context (on the loop: it must not block).
 	OnMembership func(group uint64, cs *raftpb.ConfState, context []byte)
+	// Watchdog, when set, is called at every round of Flush's loop with
+	// the round's number: a driver that watches for livelocks (the
+	// simulator) stops a loop that never settles from it, by panicking.
+	Watchdog func(round int)
 }
+
+// livelockTicks is when the Livelock canary starts (after 3 s of 10 ms
+// ticks in the simulator).
+const livelockTicks = 300
 
 // Driver is what a Node asks of whoever runs it. The Node calls it on its
 // loop; the driver reports back (Written, Synced, Installed) on the loop
@@ -93,7 +104,7 @@ func NewNode(cfg NodeConfig, d Driver) *Node {
 	return &Node{
 		cfg: cfg, core: NewCore(cfg.Core), d: d, log: cfg.Logger,
 		logs: map[uint64]Log{}, views: map[uint64]View{}, pipe: newPipeline(),
-		installs: map[uint64]*InstallJob{}, retries: map[uint64]uint64{},
+		installs: map[uint64]*InstallJob{}, retries: map[uint64]uint64{}, durable: map[uint64]Durable{},
 		fences: map[uint64]*fenceRound{}, reads: map[ProposalID]uint64{},
 	}
 }
@@ -115,6 +126,7 @@ func (n *Node) AddGroup(id uint64, l Log) error {
 	n.logs[id] = l
 	n.views[id] = View{}
 	n.pipe.last[id] = lastIndex(l)
+	n.found(id, l)
 	return nil
 }
 
@@ -126,6 +138,7 @@ func (n *Node) RemoveGroup(id uint64) {
 	delete(n.views, id)
 	delete(n.installs, id)
 	delete(n.retries, id)
+	delete(n.durable, id)
 	delete(n.pipe.installing, id)
 	delete(n.pipe.last, id)
 	n.pipe.queue = slices.DeleteFunc(n.pipe.queue, func(e Effect) bool {
@@ -230,8 +243,15 @@ func (n *Node) View(group uint64) (View, bool) {
 // Flush carries out the effects of the calls since the last Flush: sends,
 // completions, view changes, and the storage pipeline's next steps.
 func (n *Node) Flush() {
-	for n.err == nil {
+	for round := 1; n.err == nil; round++ {
+		if n.cfg.Watchdog != nil {
+			n.cfg.Watchdog(round)
+		}
 		fx := n.core.TakeEffects()
+		if len(fx) == 0 && canary.On(canary.Livelock) && n.ticks >= livelockTicks {
+			n.core.Tick() // broken on purpose: the loop makes its own work and never ends
+			continue
+		}
 		if len(fx) == 0 {
 			break
 		}

@@ -32,7 +32,7 @@ type Progress struct {
 	Match        uint64 `json:"match"`
 	Next         uint64 `json:"next"`
 	State        string `json:"state"`
-	RecentActive bool   `json:"recent_active"`
+	RecentActive bool   `json:"recent_active"` // heard from within an election timeout
 }
 
 // Status returns the group's status; ok is false for an unknown group.
@@ -71,19 +71,24 @@ func (c *Core) Status(group uint64) (GroupStatus, bool) {
 		if !ok {
 			continue
 		}
-		s.Progress[id] = progressOf(pr)
-		if id == c.cfg.ID || (pr.RecentActive && pr.Match >= s.Commit) {
+		s.Progress[id] = c.progressOf(g, id, pr)
+		if id == c.cfg.ID || (s.Progress[id].RecentActive && pr.Match >= s.Commit) {
 			s.InSync = append(s.InSync, id)
 		}
 	}
 	for _, id := range s.Learners {
 		if pr, ok := st.Progress[id]; ok {
-			s.Progress[id] = progressOf(pr)
+			s.Progress[id] = c.progressOf(g, id, pr)
 		}
 	}
 	return s, true
 }
 
-func progressOf(pr tracker.Progress) Progress {
-	return Progress{Match: pr.Match, Next: pr.Next, State: pr.State.String(), RecentActive: pr.RecentActive}
+// progressOf reports a replica's progress. RecentActive: heard from within
+// an election timeout (raft clears its own flag at every CheckQuorum round,
+// so right after one it says nothing about who is alive).
+func (c *Core) progressOf(g *group, id uint64, pr tracker.Progress) Progress {
+	heard, ok := g.heard[id]
+	active := id == c.cfg.ID || pr.RecentActive || (ok && g.ticks-heard <= uint64(c.cfg.ElectionTick))
+	return Progress{Match: pr.Match, Next: pr.Next, State: pr.State.String(), RecentActive: active}
 }

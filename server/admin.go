@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"slices"
@@ -10,7 +11,7 @@ import (
 	"time"
 
 	"github.com/vdl-project/vdl/failpoints"
-	"github.com/vdl-project/vdl/internal/canary"
+	"github.com/vdl-project/vdl/kafka"
 	"github.com/vdl-project/vdl/raftnode"
 )
 
@@ -73,13 +74,20 @@ func (s *Server) handleRetain(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	if hwm, _, _ := s.host.HighWatermark(st.cfg.ID); before > hwm && !canary.On(canary.RetainAboveCommit) {
-		jsonError(w, http.StatusBadRequest, "before=%d is above the high watermark %d of %s: only committed data can be deleted", before, hwm, st.cfg.Name)
-		return
-	}
 	ctx, cancel := context.WithTimeout(r.Context(), 10*time.Second)
 	defer cancel()
-	if _, err := s.host.Propose(ctx, st.cfg.ID, raftnode.RetainData(before)); err != nil {
+	errc := make(chan error, 1)
+	NewBackend(s.host, catalog{s}).Retain(st.cfg.Name, before, func(err error) { errc <- err })
+	select {
+	case err = <-errc:
+	case <-ctx.Done():
+		err = ctx.Err()
+	}
+	switch {
+	case errors.Is(err, kafka.ErrRetainAboveHWM):
+		jsonError(w, http.StatusBadRequest, "%s: %v", st.cfg.Name, err)
+		return
+	case err != nil:
 		jsonError(w, http.StatusServiceUnavailable, "retention of %s: %v", st.cfg.Name, err)
 		return
 	}

@@ -2,6 +2,7 @@ package server
 
 import (
 	"errors"
+	"fmt"
 
 	"github.com/vdl-project/vdl/internal/canary"
 	"github.com/vdl-project/vdl/kafka"
@@ -114,11 +115,16 @@ func (b *Backend) Produce(name string, records []byte, done func(int64, error)) 
 }
 
 // Retain proposes the stream's retention below before (a replicated
-// command; the apply bounds it by the commit).
+// command), refusing a before above the high watermark; the apply bounds
+// it by the commit at its own position in the log too.
 func (b *Backend) Retain(name string, before int64, done func(error)) {
 	ref, ok := b.c.Stream(name)
 	if !ok || ref.Log == nil {
 		done(kafka.ErrUnknownStream)
+		return
+	}
+	if hwm, _, _ := b.r.HighWatermark(ref.Group); before > hwm && !canary.On(canary.RetainAboveCommit) {
+		done(fmt.Errorf("%w: before %d, high watermark %d", kafka.ErrRetainAboveHWM, before, hwm))
 		return
 	}
 	if err := b.r.ProposeFunc(ref.Group, raftnode.RetainData(before), func(_ raftnode.Result, err error) { done(err) }); err != nil {
@@ -204,6 +210,11 @@ func (v logView) OffsetForTime(ts int64) (int64, int64, error) {
 }
 
 func (v logView) Fence() kafka.ReadFence {
+	if canary.On(canary.NoReadFence) {
+		f := raftnode.NewFence() // broken on purpose: leadership is not confirmed
+		f.Finish(nil)
+		return f
+	}
 	if canary.On(canary.FollowerServesFetch) {
 		if view, _ := v.b.r.View(v.group); view.Leader != v.b.r.ID() {
 			f := raftnode.NewFence() // broken on purpose: a follower confirms nothing

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"log/slog"
 	"path"
 	"slices"
 	"strings"
@@ -91,12 +92,13 @@ func saveIdentity(fsys vfs.FS, dir string, id Identity) error {
 type peerBook struct {
 	fs  vfs.FS
 	dir string
+	log *slog.Logger
 
 	mu sync.Mutex
 	r  *Roster
 }
 
-func loadPeerBook(fsys vfs.FS, dir string) (*peerBook, error) {
+func loadPeerBook(fsys vfs.FS, dir string, logger *slog.Logger) (*peerBook, error) {
 	var raw map[string]uint64
 	if _, err := readFile(fsys, path.Join(dir, peersFile), &raw); err != nil {
 		return nil, err
@@ -109,14 +111,20 @@ func loadPeerBook(fsys vfs.FS, dir string) (*peerBook, error) {
 		}
 		dirs[id] = v
 	}
-	return &peerBook{fs: fsys, dir: dir, r: NewRoster(dirs)}, nil
+	return &peerBook{fs: fsys, dir: dir, log: logger, r: NewRoster(dirs)}, nil
 }
 
 // check is the transport's handshake check (Roster.Admit, recorded first).
+// A peer presenting another data dir is connected to, and heard only as a
+// leader or candidate (hears).
 func (p *peerBook) check(node, dirID uint64) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	record, err := p.r.Admit(node, dirID)
+	if errors.Is(err, errDirChanged) {
+		p.log.Warn("peer lost its data dir: its votes and acknowledgements are not counted until it is replaced", "err", err)
+		return nil
+	}
 	if err != nil || !record {
 		return err
 	}
@@ -141,6 +149,20 @@ func (p *peerBook) hosted(group uint64, cs *raftpb.ConfState) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.r.Hosted(group, cs)
+}
+
+// hears reports whether a message from node is heard (Roster.Hears).
+func (p *peerBook) hears(node uint64, t raftpb.MessageType) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.r.Hears(node, t)
+}
+
+// tells reports whether a message is sent to node (Roster.Tells).
+func (p *peerBook) tells(node uint64, t raftpb.MessageType) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.r.Tells(node, t)
 }
 
 func (p *peerBook) stale(node uint64) bool {

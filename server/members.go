@@ -108,7 +108,7 @@ func (s *Server) memberChange(w http.ResponseWriter, r *http.Request, c MemberCh
 		return
 	}
 	dir, known := s.peers.get(id)
-	cand := Candidate{ID: id, DirKnown: known, Stale: s.peers.stale(id)}
+	cand := Candidate{ID: id, DirKnown: known, Stale: s.peers.stale(id), Connected: s.transport.Stats()[id].Connected}
 	if err := CheckMemberChange(c, gs, st.cfg.Name, cand, s.cfg.NodeID); err != nil {
 		jsonError(w, err.Code, "%s", err.Msg)
 		return
@@ -158,6 +158,11 @@ type Candidate struct {
 	ID uint64
 	// DirKnown: the leader knows its data dir (it connected).
 	DirKnown bool
+	// Connected: the leader's raft connection to it is up, so the data
+	// dir it presents now is the one known (the transport's handshake
+	// checked it). A dir known from before, of a server that is down, may
+	// be the dir of a disk since replaced.
+	Connected bool
 	// Stale: it presents another data dir than the one the leader knows
 	// (a replaced disk) and the leader has not forgotten the old one yet
 	// (it is still a member of another group here): a change now would
@@ -181,9 +186,9 @@ func CheckMemberChange(c MemberChange, gs raftnode.GroupStatus, stream string, c
 		case cand.Stale:
 			return refuse(http.StatusConflict, "the leader of %s still knows node %d by its old data dir (it is a member of another stream there): "+
 				"remove it from every stream before adding it back (vdlctl member replace %d does), then retry", stream, id, id)
-		case !cand.DirKnown:
-			return refuse(http.StatusConflict, "node %d has not connected to the leader of %s yet: start it with an empty data dir "+
-				"(initial_cluster_state = \"existing\") and retry", id, stream)
+		case !cand.DirKnown || !cand.Connected:
+			return refuse(http.StatusConflict, "node %d is not connected to the leader of %s: start it (a new server with an empty data dir "+
+				"and initial_cluster_state = \"existing\") and retry", id, stream)
 		}
 	case Promote:
 		if !learner {

@@ -18,8 +18,16 @@ import (
 //   - A peer not known yet is accepted with the dir it presents, which is
 //     recorded first (trust on first contact; founders meet before their
 //     groups start, see Server.hostWhenFoundersKnown).
-//   - A known peer presenting another dir is refused: it lost its disk,
-//     and with it its votes and acknowledged entries.
+//   - A known peer presenting another dir lost its disk, and with it its
+//     votes and acknowledged entries. Until a membership change names its
+//     new dir, its answers (votes, acknowledgements) are not heard — they
+//     would count as the old server's — and it is told nothing as a
+//     follower or a voter — what this server knows of its progress is the
+//     old disk's (Hears, Tells). It is still heard as a leader or a
+//     candidate, and answered: it can only be one once a quorum that knows
+//     its new dir took it back, and a server that missed that change (it
+//     was down) learns of it only from the group's leader, perhaps this
+//     one.
 //   - A membership change adding or promoting a server carries its dir
 //     (memberContext): every replica records it when the change applies.
 //   - A server that left every group hosted here is forgotten, so it can
@@ -59,6 +67,31 @@ func (r *Roster) Admit(node, dir uint64) (record bool, err error) {
 	r.dirs[node] = dir
 	delete(r.presented, node)
 	return true, nil
+}
+
+// Hears reports whether a message of type t from node is heard: always,
+// except from a node that presented another data dir than the one known;
+// from that one only the requests of a leader or a candidate, whose effect
+// here is this server's own decision (it never counts the node's votes or
+// acknowledgements as those of the server it replaced).
+func (r *Roster) Hears(node uint64, t raftpb.MessageType) bool {
+	return !r.Stale(node) || isRequest(t)
+}
+
+// Tells reports whether a message of type t is sent to node: always,
+// except to a node that presented another data dir than the one known;
+// to that one only answers to its requests (a leader's or a candidate's).
+func (r *Roster) Tells(node uint64, t raftpb.MessageType) bool {
+	return !r.Stale(node) || !isRequest(t)
+}
+
+// isRequest: a leader's or a candidate's request to a follower or voter.
+func isRequest(t raftpb.MessageType) bool {
+	switch t {
+	case raftpb.MsgApp, raftpb.MsgHeartbeat, raftpb.MsgSnap, raftpb.MsgVote, raftpb.MsgPreVote, raftpb.MsgTimeoutNow:
+		return true
+	}
+	return false
 }
 
 // Stale reports whether node presented another data dir than the one known

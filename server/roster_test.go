@@ -49,3 +49,45 @@ func TestRosterDataDirs(t *testing.T) {
 	_, err = r2.Admit(3, 0x33)
 	require.Error(t, err, "the old dir is refused once the new one is named")
 }
+
+// A peer that lost its data dir is heard only as a leader or a candidate:
+// its votes and acknowledgements never count as the old server's, but a
+// server that missed its replacement (it was down) still follows it when a
+// quorum made it leader (simulator seed 236: the replaced server led every
+// group, and a server that missed the change refused it for good).
+func TestRosterHearsAStaleServerOnlyAsLeader(t *testing.T) {
+	r := NewRoster(map[uint64]uint64{2: 0x22, 3: 0x33})
+	r.Hosted(1, &raftpb.ConfState{Voters: []uint64{1, 2, 3}})
+	for _, typ := range []raftpb.MessageType{raftpb.MsgApp, raftpb.MsgVoteResp, raftpb.MsgAppResp, raftpb.MsgHeartbeatResp} {
+		require.True(t, r.Hears(3, typ), "a peer with its own dir is heard: %v", typ)
+	}
+	_, err := r.Admit(3, 0x99)
+	require.ErrorIs(t, err, errDirChanged)
+	for _, typ := range []raftpb.MessageType{raftpb.MsgApp, raftpb.MsgHeartbeat, raftpb.MsgSnap, raftpb.MsgVote, raftpb.MsgPreVote, raftpb.MsgTimeoutNow} {
+		require.True(t, r.Hears(3, typ), "a leader's or candidate's request: %v", typ)
+	}
+	for _, typ := range []raftpb.MessageType{raftpb.MsgAppResp, raftpb.MsgHeartbeatResp, raftpb.MsgVoteResp, raftpb.MsgPreVoteResp,
+		raftpb.MsgProp, raftpb.MsgReadIndex, raftpb.MsgReadIndexResp, raftpb.MsgTransferLeader} {
+		require.False(t, r.Hears(3, typ), "its own state is not counted: %v", typ)
+	}
+	// A change naming the new dir: heard again.
+	r.Applied(1, 1, &raftpb.ConfState{Voters: []uint64{1, 2}, Learners: []uint64{3}}, MemberContext(3, 0x99))
+	require.True(t, r.Hears(3, raftpb.MsgAppResp))
+}
+
+// A peer that lost its data dir is told only answers: what this server
+// knows of its progress (a heartbeat's commit index, an append's match) is
+// the old disk's (simulator seed 16: a wiped follower panicked on a
+// heartbeat committing entries it no longer had).
+func TestRosterTellsAStaleServerOnlyAnswers(t *testing.T) {
+	r := NewRoster(map[uint64]uint64{3: 0x33})
+	require.True(t, r.Tells(3, raftpb.MsgHeartbeat))
+	_, err := r.Admit(3, 0x99)
+	require.ErrorIs(t, err, errDirChanged)
+	for _, typ := range []raftpb.MessageType{raftpb.MsgApp, raftpb.MsgHeartbeat, raftpb.MsgSnap, raftpb.MsgVote, raftpb.MsgPreVote, raftpb.MsgTimeoutNow} {
+		require.False(t, r.Tells(3, typ), "no request as its leader or candidate: %v", typ)
+	}
+	for _, typ := range []raftpb.MessageType{raftpb.MsgAppResp, raftpb.MsgHeartbeatResp, raftpb.MsgVoteResp, raftpb.MsgPreVoteResp} {
+		require.True(t, r.Tells(3, typ), "answers to its requests: %v", typ)
+	}
+}

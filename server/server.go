@@ -80,7 +80,7 @@ func newServer(cfg Config, logger *slog.Logger, fsys vfs.FS) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	if s.peers, err = loadPeerBook(s.fs, cfg.DataDir); err != nil {
+	if s.peers, err = loadPeerBook(s.fs, cfg.DataDir, logger); err != nil {
 		return nil, err
 	}
 	s.space = storage.NewSpace(s.fs, cfg.DataDir, max(cfg.Storage.ReservedBytes, 0))
@@ -98,7 +98,7 @@ func newServer(cfg Config, logger *slog.Logger, fsys vfs.FS) (*Server, error) {
 		CheckPeer:      s.peers.check,
 		ListenAddr:     cfg.RaftListen,
 		Peers:          peers,
-		Handler:        func(g uint64, m *raftpb.Message) { s.host.Step(g, m) },
+		Handler:        s.stepRaft,
 		Unreachable:    func(g, p uint64) { s.host.ReportUnreachable(g, p) },
 		SnapshotStatus: func(g, p uint64, failed bool) { s.host.ReportSnapshot(g, p, !failed) },
 		MaxFrameBytes:  raftnode.MaxFrameBytes(cfg.Raft.MaxEntryBytes, 0),
@@ -114,7 +114,7 @@ func newServer(cfg Config, logger *slog.Logger, fsys vfs.FS) (*Server, error) {
 			SyncWrites:          cfg.Raft.SyncWrites,
 		},
 		TickInterval: time.Duration(cfg.Raft.TickMillis) * time.Millisecond,
-		Sender:       s.transport,
+		Sender:       peerSender{s},
 		Fetch:        s.fetchEntries,
 		Logger:       logger,
 		OnMembership: s.onMembership,
@@ -355,6 +355,30 @@ func (s *Server) watchSpace() {
 			return
 		case <-t.C:
 		}
+	}
+}
+
+// stepRaft hands a peer's message to raft, unless it comes from a peer
+// that lost its data dir and is not heard (Roster.Hears).
+func (s *Server) stepRaft(group uint64, m *raftpb.Message) {
+	if !s.peers.hears(m.GetFrom(), m.GetType()) {
+		return
+	}
+	s.host.Step(group, m)
+}
+
+// peerSender sends raft's messages through the transport, except those a
+// peer that lost its data dir must not be told (Roster.Tells).
+type peerSender struct{ s *Server }
+
+func (p peerSender) Send(group uint64, m *raftpb.Message) {
+	switch {
+	case p.s.peers.tells(m.GetTo(), m.GetType()):
+		p.s.transport.Send(group, m)
+	case m.GetType() == raftpb.MsgSnap:
+		// Raft waits for a snapshot's outcome: report it (off the host's
+		// loop, which is sending).
+		go p.s.host.ReportSnapshot(group, m.GetTo(), false)
 	}
 }
 

@@ -1,6 +1,9 @@
 package simulator
 
 import (
+	"slices"
+
+	"github.com/vdl-project/vdl/checker"
 	"github.com/vdl-project/vdl/internal/canary"
 
 	"bufio"
@@ -74,26 +77,46 @@ func TestRegressionSeeds(t *testing.T) {
 	}
 }
 
-// simCanaries are the canaries the plain batch must catch (serve-corrupt
-// needs BitFlips: TestCanaryServeCorrupt).
-var simCanaries = []canary.Name{canary.AckBeforeFsync, canary.AckBeforeCommit, canary.ReadAboveHWM,
-	canary.ReorderResponses, canary.FollowerServesFetch}
+// simCanaries are the canaries the CI batch must catch, each with the
+// checks that target it: the first seed that fails must have failed one
+// of them (serve-corrupt needs BitFlips: TestCanaryServeCorrupt). minRate,
+// when set, is the share of the first rateSeeds seeds that must catch it.
+var simCanaries = []struct {
+	name    canary.Name
+	by      []check
+	minRate float64
+}{
+	{name: canary.AckBeforeFsync, by: []check{checkDurability}},
+	{name: canary.AckBeforeCommit, by: []check{checkLinearizable, "anomaly:lost"}},
+	{name: canary.ReadAboveHWM, by: []check{checkLinearizable}},
+	{name: canary.ReorderResponses, by: []check{"ordering:" + check(checker.ResponseOrder)}},
+	{name: canary.SkipPoison, by: []check{"ordering:" + check(checker.OKAfterFailure)}},
+	{name: canary.RetainAboveCommit, by: []check{checkRetention}},
+	{name: canary.HardStateNotSynced, by: []check{checkDurability}},
+	{name: canary.ConfStateNotReplayed, by: []check{checkDurability}},
+	{name: canary.FollowerServesFetch, by: []check{checkLinearizable}},
+	{name: canary.NoReadFence, by: []check{checkLinearizable}, minRate: 0.10},
+	{name: canary.Livelock, by: []check{checkWatchdog}},
+}
+
+// rateSeeds is the sample for a canary's catch rate.
+const rateSeeds = 100
 
 // TestCanaries proves the checks can fail: each deliberately broken variant
 // runs over the CI batch's seeds (from its first one) and must be caught
-// before the batch ends.
+// before the batch ends, by a check that targets it.
 func TestCanaries(t *testing.T) {
 	if !canary.Enabled {
-		t.Skip("canaries need a vdlcanary build: go test -tags vdlcanary -run TestCanaries ./simulator")
+		t.Skip("canaries need a vdlcanary build: make test-canaries")
 	}
 	limit := ciSeeds
 	if testing.Short() {
 		limit = 60
 	}
 	for _, c := range simCanaries {
-		t.Run(string(c), func(t *testing.T) {
+		t.Run(string(c.name), func(t *testing.T) {
 			var caught *Result
-			b := runBatch(t, 1, limit, 0, func(cfg *Config) { cfg.Canary = c }, func(r *Result) bool {
+			b := runBatch(t, 1, limit, 0, func(cfg *Config) { cfg.Canary = c.name }, func(r *Result) bool {
 				if !r.OK {
 					caught = r
 					return false
@@ -101,9 +124,27 @@ func TestCanaries(t *testing.T) {
 				return true
 			})
 			if caught == nil {
-				t.Fatalf("canary %s not caught in %d seeds", c, b.seeds)
+				t.Fatalf("canary %s not caught in %d seeds", c.name, b.seeds)
 			}
-			t.Logf("canary %s caught at seed %d (%d seeds run): %s", c, caught.Seed, b.seeds, caught.Failures[0])
+			t.Logf("canary %s caught at seed %d (%d seeds run) by %v: %s", c.name, caught.Seed, b.seeds, caught.Caught, caught.Failures[0])
+			if !slices.ContainsFunc(caught.Caught, func(k check) bool { return slices.Contains(c.by, k) }) {
+				t.Errorf("canary %s was caught at seed %d by %v, not by the checks that target it (%v): replay with make sim SEED=%d CANARY=%s",
+					c.name, caught.Seed, caught.Caught, c.by, caught.Seed, c.name)
+			}
+			if c.minRate == 0 || testing.Short() {
+				return
+			}
+			hits := 0
+			runBatch(t, 1, rateSeeds, 0, func(cfg *Config) { cfg.Canary = c.name }, func(r *Result) bool {
+				if slices.ContainsFunc(r.Caught, func(k check) bool { return slices.Contains(c.by, k) }) {
+					hits++
+				}
+				return true
+			})
+			t.Logf("canary %s caught in %d of %d seeds", c.name, hits, rateSeeds)
+			if rate := float64(hits) / rateSeeds; rate < c.minRate {
+				t.Errorf("canary %s caught in %.0f%% of seeds, want at least %.0f%%", c.name, 100*rate, 100*c.minRate)
+			}
 		})
 	}
 }

@@ -32,6 +32,7 @@ type client struct {
 	nextVal  int
 	depth    int // produces pipelined per connection
 
+	consumer  bool // only fetches (a Kafka consumer): never held up behind a produce
 	stopped   bool
 	final     bool // the final complete read
 	finalMark bool // its fetches are marked Final (the stream starts at 0)
@@ -102,7 +103,7 @@ func (c *client) loop() {
 	if !c.conn.ready {
 		return
 	}
-	if c.final {
+	if c.final || c.consumer {
 		if !c.fetching {
 			c.fetch()
 		}
@@ -145,7 +146,7 @@ func (c *client) connect() {
 		}
 		sc, err := n.accept(cc)
 		if err != nil {
-			s.failf("accept: %v", err)
+			s.fail(checkHarness, "accept: %v", err)
 			return
 		}
 		cc.sc = sc
@@ -268,14 +269,14 @@ func (cc *cconn) receive(data []byte) {
 			}
 		}
 		if q == nil {
-			cc.cl.s.failf("conn %d: response with unknown correlation id %d", cc.id, corr)
+			cc.cl.s.fail(checkProtocol, "conn %d: response with unknown correlation id %d", cc.id, corr)
 			continue
 		}
 		q.done = true
 		resp := kmsg.ResponseForKey(q.key)
 		resp.SetVersion(q.version)
 		if err := resp.ReadFrom(frame[4:]); err != nil {
-			cc.cl.s.failf("conn %d: cannot decode %s v%d response: %v", cc.id, kmsg.NameForKey(q.key), q.version, err)
+			cc.cl.s.fail(checkProtocol, "conn %d: cannot decode %s v%d response: %v", cc.id, kmsg.NameForKey(q.key), q.version, err)
 			continue
 		}
 		cc.cl.handle(cc, q, resp)

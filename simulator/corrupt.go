@@ -93,7 +93,7 @@ func (s *Sim) flipBit(n *node, when string) {
 	}
 	bit := uint(r.IntN(8))
 	if err := n.fs.FlipBit(file, off, bit); err != nil {
-		s.failf("flip bit: %v", err)
+		s.fail(checkHarness, "flip bit: %v", err)
 		return
 	}
 	n.corrupted = true
@@ -113,7 +113,7 @@ func (s *Sim) corruptionWindow(kind, detail string) {
 // corruption was injected into it (it stops for good), a failure when not.
 func (s *Sim) detect(n *node, how string, err error) {
 	if !n.corrupted {
-		s.failf("n%d reports corruption (%s) but none was injected: %v", n.id, how, err)
+		s.fail(checkCorruption, "n%d reports corruption (%s) but none was injected: %v", n.id, how, err)
 		n.stop(false)
 		return
 	}

@@ -39,6 +39,8 @@ func (d simIO) Write(j *raftnode.WriteJob) {
 		err := j.Run()
 		n.rn.Written(j, err)
 		n.flush()
+		n.checkLogStart()
+		n.watchPromises()
 	})
 }
 
@@ -48,6 +50,7 @@ func (d simIO) Sync(j *raftnode.SyncJob) {
 		err := j.Run()
 		n.rn.Synced(j, err)
 		n.flush()
+		n.watchPromises()
 	})
 }
 
@@ -139,7 +142,7 @@ func (d simIO) Publish(group uint64, v raftnode.View) {
 		return
 	}
 	if v.HighWatermark < g.HighWatermark && v.AppliedTerm == g.AppliedTerm && v.Term != 0 {
-		s.failf("n%d group %d: high watermark went back from %d to %d", n.id, group, g.HighWatermark, v.HighWatermark)
+		s.fail(checkHWM, "n%d group %d: high watermark went back from %d to %d", n.id, group, g.HighWatermark, v.HighWatermark)
 	}
 	wake := g.View.Wakes(v)
 	g.View = v

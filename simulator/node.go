@@ -36,7 +36,8 @@ type node struct {
 	inc    int      // incarnation: bumped at every crash and restart
 	held   []*event // events that arrived while paused
 
-	slowTill int64 // fsyncs are slow until then (nemesis)
+	slowTill  int64 // fsyncs are slow until then (nemesis)
+	slowClock int   // > 1: ticks come this many times slower (nemesis)
 
 	// dirID is the data dir id of the disk (a new one after a wipe);
 	// roster is what the server knows of its peers (peers.json, on the
@@ -46,6 +47,11 @@ type node struct {
 	roster  *server.Roster
 	joining bool
 	space   *storage.Space // the data dir's space reserve, as the server's
+
+	// promised is what the engine had told raft is durable when the
+	// process last stopped: its restart must find it (raftnode.Durable).
+	// seen is what it had promised at the last look (watchPromises).
+	promised, seen map[uint64]raftnode.Durable
 
 	grp     map[uint64]*gview
 	futures map[raftnode.ProposalID]func(raftnode.Result, error)
@@ -123,12 +129,13 @@ func (n *node) start() error {
 	n.inc++
 	n.down, n.paused, n.held = false, false, nil
 	n.futures = map[raftnode.ProposalID]func(raftnode.Result, error){}
+	n.seen = map[uint64]raftnode.Durable{}
 	n.grp = map[uint64]*gview{}
 	n.logs = map[uint64]*storage.Log{}
 	n.detectedBy = "engine"
 	cc := s.coreCfg
 	cc.ID = n.id
-	cfg := raftnode.NodeConfig{Core: cc, Logger: s.logger(n),
+	cfg := raftnode.NodeConfig{Core: cc, Logger: s.logger(n), Watchdog: n.flushRound,
 		OnMembership: func(g uint64, cs *raftpb.ConfState, ctx []byte) { n.roster.Applied(n.id, g, cs, ctx) }}
 	if s.traceEffects {
 		cfg.OnEffect = func(e raftnode.Effect) { s.w.record("n%d %s", n.id, raftnode.Describe(e)) }
@@ -146,6 +153,11 @@ func (n *node) start() error {
 			return fmt.Errorf("node %d cannot open group %d after restart: %w", n.id, g, err)
 		}
 		n.logs[g] = l
+		if d, ok := n.promised[g]; ok && !n.corrupted {
+			if err := d.Check(l); err != nil {
+				s.fail(checkDurability, "n%d g%d restarted without what it reported durable: %v", n.id, g, err)
+			}
+		}
 		n.grp[g] = &gview{changed: make(chan struct{})}
 		_, cs, err := l.InitialState()
 		if err != nil {
@@ -168,7 +180,7 @@ func (n *node) tickLoop() {
 	}
 	n.rn.Tick()
 	n.flush()
-	n.s.w.after(n.s.tick, n, n.tickLoop)
+	n.s.w.after(n.s.tick*time.Duration(max(n.slowClock, 1)), n, n.tickLoop)
 }
 
 // flush carries out the engine's effects, then wakes the connections whose
@@ -184,7 +196,9 @@ func (n *node) flush() {
 	}
 	n.flushing = true
 	defer func() { n.flushing = false }()
-	for n.dirty = true; n.dirty; {
+	n.dirty = true
+	for round := 1; n.dirty; round++ {
+		n.flushRound(round)
 		n.dirty = false
 		n.rn.Flush()
 		for _, sc := range slices.Clone(n.conns) {
@@ -193,10 +207,39 @@ func (n *node) flush() {
 	}
 }
 
+// watchPromises looks at what the engine just reported durable: right
+// after a vote or a membership change, BUGGIFY sometimes cuts the power,
+// so a vote or a membership change that was not really durable is lost
+// and the restart's durability check sees it.
+func (n *node) watchPromises() {
+	s := n.s
+	for _, g := range s.groups {
+		d, ok := n.rn.Durable(g)
+		if !ok {
+			continue
+		}
+		old, seen := n.seen[g]
+		n.seen[g] = d
+		switch {
+		case !seen || s.liveness || s.openWindows() >= 3:
+		case d.Vote != 0 && (d.Vote != old.Vote || d.Term != old.Term) && s.w.bug.fire(n.crashR, "crash.after-vote", 0.05):
+			s.powerLossSoon(n, fmt.Sprintf("voted for n%d in term %d of g%d", d.Vote, d.Term, g))
+		case d.Conf != old.Conf && s.w.bug.fire(n.crashR, "crash.after-conf-change", 0.2):
+			s.powerLossSoon(n, fmt.Sprintf("applied a membership change of g%d", g))
+		}
+	}
+}
+
 // stop ends the process. powerLoss also loses un-synced disk writes.
 func (n *node) stop(powerLoss bool) {
 	if n.down {
 		return
+	}
+	n.promised = map[uint64]raftnode.Durable{}
+	for _, g := range n.rn.Groups() {
+		if d, ok := n.rn.Durable(g); ok {
+			n.promised[g] = d
+		}
 	}
 	if powerLoss {
 		n.fs.Crash(n.crashR)

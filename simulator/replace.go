@@ -37,11 +37,35 @@ type replacement struct {
 	pending map[uint64]int64 // groups with a change in flight, until when (a crashed leader never answers)
 }
 
-// admits reports whether n accepts peer p (the raft handshake: a peer with
-// another data dir than the one n knows is refused).
+// admits is the raft handshake on n's end: it records p's data dir, and
+// reports whether p presents the one n knows it by.
 func (n *node) admits(p *node) bool {
 	_, err := n.roster.Admit(p.id, p.dirID)
 	return err == nil
+}
+
+// tells reports whether n sends a message of type t to p (the handshake
+// records p's dir first): a peer with another data dir than the one n
+// knows is told only answers (server.Roster.Tells).
+func (n *node) tells(p *node, t raftpb.MessageType) bool {
+	n.admits(p)
+	return n.roster.Tells(p.id, t)
+}
+
+// hears reports whether n hears a message of type t from p: a peer with
+// another data dir than the one n knows is heard only as a leader or a
+// candidate (server.Roster.Hears).
+func (n *node) hears(p *node, t raftpb.MessageType) bool {
+	n.admits(p)
+	return n.roster.Hears(p.id, t)
+}
+
+// connected reports whether n's raft connection to p is up: p runs, n
+// reaches it, and the handshake accepted the data dir n knows it by (as
+// the transport's PeerStats.Connected).
+func (n *node) connected(p *node, dir uint64) bool {
+	s := n.s
+	return !p.down && !p.paused && s.cut[[2]uint64{n.id, p.id}] == 0 && p.dirID == dir
 }
 
 // handshakes models the transports' connections, dialed eagerly and
@@ -55,7 +79,7 @@ func (s *Sim) handshakes() {
 				continue
 			}
 			if !b.admits(a) || !a.admits(b) {
-				s.w.faults["peer-refused"]++
+				s.w.faults["peer-dir-changed"]++
 			}
 		}
 	}
@@ -66,6 +90,7 @@ func (s *Sim) handshakes() {
 // an empty one, then the replacement starts.
 func (s *Sim) wipe(n *node, d time.Duration) {
 	n.stop(true)
+	n.promised = nil // a new disk promises nothing
 	n.fs = vfs.NewMem()
 	n.dirID = s.dirR.Uint64() | 1
 	n.roster = server.NewRoster(nil)
@@ -74,7 +99,7 @@ func (s *Sim) wipe(n *node, d time.Duration) {
 	s.replacing = &replacement{n: n, started: s.w.now, pending: map[uint64]int64{}}
 	s.w.after(d, nil, func() {
 		if err := n.fs.MkdirAll(n.dir()); err != nil {
-			s.failf("wipe: %v", err)
+			s.fail(checkHarness, "wipe: %v", err)
 			return
 		}
 		_ = n.fs.SyncDir("/")
@@ -120,7 +145,7 @@ func (s *Sim) stepReplacement() {
 		}
 		done = false
 		dir, known := l.roster.Dir(id)
-		cand := server.Candidate{ID: id, DirKnown: known, Stale: l.roster.Stale(id)}
+		cand := server.Candidate{ID: id, DirKnown: known, Stale: l.roster.Stale(id), Connected: l.connected(r.n, dir)}
 		if err := server.CheckMemberChange(c, gs, s.streams[slices.Index(s.groups, g)], cand, l.id); err != nil {
 			s.w.record("replacement of n%d: g%d %v not now: %v", id, g, c.ConfChange(), err)
 			continue // not now (no quorum, not caught up, not connected yet): retried

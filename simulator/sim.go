@@ -29,14 +29,19 @@ import (
 // Config describes one simulated run. Zero values take the defaults; the
 // cluster shape and the fault personality are drawn from the seed.
 type Config struct {
-	Seed     uint64
-	Nodes    int           // 3 or 5; 0: drawn from the seed
-	DCs      int           // 1..3; 0: drawn from the seed
-	Streams  int           // default 2 (the second one gets retention)
-	Clients  int           // clients per stream, default 3
-	Safety   time.Duration // simulated length of the safety phase, default 12s
-	Liveness time.Duration // bound on recovery after healing, default 20s
-	Canary   canary.Name   // needs a vdlcanary build
+	Seed      uint64
+	Nodes     int           // 3 or 5; 0: drawn from the seed
+	DCs       int           // 1..3; 0: drawn from the seed
+	Streams   int           // default 2 (the second one gets retention)
+	Clients   int           // producing and fetching clients per stream, default 3
+	Consumers int           // fetching-only clients per stream, default 1
+	Safety    time.Duration // simulated length of the safety phase, default 12s
+	Liveness  time.Duration // bound on recovery after healing, default 20s
+	// WallLimit and MaxEvents are the watchdog's limits (watchdog.go):
+	// defaults 60s and 5M; negative disables.
+	WallLimit time.Duration
+	MaxEvents int64
+	Canary    canary.Name // needs a vdlcanary build
 	// BitFlips switches the corruption faults on (opt-in): bit flips in
 	// segment files and misdirected writes, on a minority of nodes chosen
 	// from the seed. A node that detects corruption stops for good and the
@@ -56,12 +61,14 @@ type Config struct {
 
 // Result is the outcome of a run.
 type Result struct {
-	Seed      uint64
-	Nodes     int
-	DCs       int
-	Canary    canary.Name
-	OK        bool
-	Failures  []string
+	Seed     uint64
+	Nodes    int
+	DCs      int
+	Canary   canary.Name
+	OK       bool
+	Failures []string
+	// Caught names the checks that failed, in the order they first did.
+	Caught    []check
 	TraceHash string
 	SimTime   time.Duration
 	Wall      time.Duration
@@ -102,6 +109,7 @@ type Sim struct {
 	clients      []*client
 	nextConn     int
 	failures     []string
+	caught       []check
 	windows      []*window
 	liveness     bool
 	healAt       int64
@@ -119,11 +127,15 @@ type window struct {
 	end  func()
 }
 
-func (s *Sim) failf(format string, args ...any) {
+// fail records a failure found by check c.
+func (s *Sim) fail(c check, format string, args ...any) {
 	msg := fmt.Sprintf(format, args...)
-	s.w.record("FAILURE %s", msg)
+	s.w.record("FAILURE [%s] %s", c, msg)
 	if len(s.failures) < 20 {
 		s.failures = append(s.failures, msg)
+	}
+	if !slices.Contains(s.caught, c) {
+		s.caught = append(s.caught, c)
 	}
 }
 
@@ -143,12 +155,25 @@ func newSim(cfg Config) (*Sim, error) {
 	if cfg.Clients == 0 {
 		cfg.Clients = 3
 	}
+	if cfg.Consumers == 0 {
+		cfg.Consumers = 1
+	}
 	if cfg.Safety == 0 {
 		cfg.Safety = 12 * time.Second
 	}
 	if cfg.Liveness == 0 {
 		cfg.Liveness = 20 * time.Second
 	}
+	if cfg.WallLimit == 0 {
+		cfg.WallLimit = defaultWallLimit
+	}
+	if cfg.WallLimit > 0 {
+		w.deadline = time.Now().Add(cfg.WallLimit)
+	}
+	if cfg.MaxEvents == 0 {
+		cfg.MaxEvents = defaultMaxEvents
+	}
+	w.maxEvents = uint64(max(cfg.MaxEvents, 0))
 	w.bug = newBuggify(w.stream("buggify"), !cfg.NoBuggify)
 	s := &Sim{
 		cfg: cfg, w: w, tick: 10 * time.Millisecond,
@@ -262,7 +287,7 @@ func (s *Sim) restart(n *node) {
 			s.w.after(500*time.Millisecond, nil, func() { s.restart(n) })
 			return
 		}
-		s.failf("%v", err)
+		s.fail(checkRestart, "%v", err)
 	}
 }
 
@@ -295,9 +320,12 @@ func (s *Sim) sendRaft(from *node, group uint64, m *raftpb.Message) {
 			from.flush()
 		})
 	}
-	// A peer refused at the handshake (another data dir) is down for the
-	// transport: what is sent to it is dropped, not queued.
-	if s.cut[[2]uint64{from.id, to.id}] > 0 || to.down || !from.admits(to) || !to.admits(from) {
+	// A peer with another data dir than the one known is told only
+	// answers (server.Roster.Tells): the rest is dropped unreported.
+	if !from.tells(to, m.GetType()) {
+		return
+	}
+	if s.cut[[2]uint64{from.id, to.id}] > 0 || to.down {
 		s.w.after(s.linkLatency(from, to), from, func() {
 			from.rn.ReportUnreachable(group, to.id)
 			from.flush()
@@ -316,8 +344,8 @@ func (s *Sim) sendRaft(from *node, group uint64, m *raftpb.Message) {
 	for i := 0; i < copies; i++ {
 		msg := cloneMsg(m)
 		s.w.after(s.linkLatency(from, to), to, func() {
-			if !to.admits(from) || !from.admits(to) {
-				return // the raft connection is refused (a server with another data dir)
+			if !to.hears(from, msg.GetType()) {
+				return // a server with another data dir, not heard (server.Roster.Hears)
 			}
 			delivered = true
 			to.rn.Step(group, msg)
@@ -352,7 +380,7 @@ func (s *Sim) closeToClient(sc *sconn) {
 // --- nemesis ---
 
 var defaultWeights = map[string]int{
-	"partition": 3, "partition-oneway": 2, "isolate-node": 3, "isolate-dc": 2, "clog": 2,
+	"partition": 3, "partition-oneway": 2, "isolate-node": 3, "isolate-dc": 2, "isolate-leader": 3, "clog": 2,
 	"kill": 3, "power-loss": 3, "power-loss-dc": 1, "pause": 2,
 	"disk-eio": 1, "disk-enospc": 1, "disk-slow": 2,
 	"leader-transfer": 2, "membership": 1, "retention": 2, "wipe-disk": 1,
@@ -502,6 +530,34 @@ func (s *Sim) inject(kind string) {
 		}
 		apply(1)
 		s.openWindow(kind, fmt.Sprintf("%s cut off (clients too: %v)", names(in), clients), d, func() { apply(-1) })
+	case "isolate-leader":
+		// A leader cut off from its peers but not from its clients: until
+		// it notices, it must not serve what a new leader may have
+		// overwritten (read fences).
+		g := s.groups[r.IntN(len(s.groups))]
+		l := s.leader(g)
+		if l == nil {
+			return
+		}
+		// Its clock runs 5-20x slow meanwhile (a starved timer, a paused
+		// VM's clock catching up): raft's own timeouts (CheckQuorum) take
+		// that much longer to depose it, and only a read fence stands
+		// between its clients and a stale read.
+		slow := 5 + r.IntN(16)
+		apply := func(delta int) {
+			for _, b := range s.nodes {
+				if b != l {
+					s.cutLink(l.id, b.id, delta)
+					s.cutLink(b.id, l.id, delta)
+				}
+			}
+		}
+		apply(1)
+		l.slowClock = slow
+		s.openWindow(kind, fmt.Sprintf("n%d (leader of g%d) cut off from its peers, not from clients; its clock %dx slow", l.id, g, slow), d, func() {
+			apply(-1)
+			l.slowClock = 0
+		})
 	case "clog":
 		a, b := s.pick(), s.pick()
 		if a == b {
@@ -656,15 +712,58 @@ func (s *Sim) inject(kind string) {
 		}
 		g := s.groups[1] // only the second stream: the first keeps a complete final read
 		l := s.leader(g)
-		if l == nil || l.grp[g].HighWatermark == 0 {
+		if l == nil || !l.readable(g) || l.grp[g].HighWatermark == 0 {
 			return
 		}
-		before := l.grp[g].HighWatermark * 3 / 4
-		s.w.fault(kind, "g%d delete before %d", g, before)
+		// An operator's retention request (POST /streams/s2/retain) at 3/4
+		// of the high watermark, just below it, at it, or above it: those
+		// above must be refused, the others accepted.
+		hwm := l.grp[g].HighWatermark
+		before := []int64{hwm * 3 / 4, hwm - 1, hwm, hwm + 1, hwm + 1 + r.Int64N(200)}[r.IntN(5)]
+		s.w.fault(kind, "g%d delete before %d (n%d hwm %d)", g, before, l.id, hwm)
 		s.w.runIn(l, func() {
-			l.propose(g, raftnode.RetainData(before), func(raftnode.Result, error) {})
+			l.backend.Retain(s.streams[1], before, func(err error) { s.retained(l, g, before, hwm, err) })
 			l.flush()
 		})
+	}
+}
+
+// powerLossSoon cuts n's power within 2 ms (BUGGIFY, right after it
+// promised raft something) and restarts it later.
+func (s *Sim) powerLossSoon(n *node, why string) {
+	r := s.nemR
+	s.w.after(durn(n.crashR, 0, 2*time.Millisecond), nil, func() {
+		if n.down || s.liveness {
+			return
+		}
+		n.stop(true)
+		s.openWindow("power-loss", fmt.Sprintf("n%d down right after it %s", n.id, why), durn(r, 100*time.Millisecond, time.Second), func() { s.restart(n) })
+	})
+}
+
+// retained checks the outcome of a retention request made at high
+// watermark hwm.
+func (s *Sim) retained(l *node, g uint64, before, hwm int64, err error) {
+	s.w.record("n%d retention of g%d before %d: %v", l.id, g, before, err)
+	switch refused := errors.Is(err, kafka.ErrRetainAboveHWM); {
+	case before > hwm && err == nil:
+		s.fail(checkRetention, "n%d accepted a retention before %d, above its high watermark %d", l.id, before, hwm)
+	case before <= hwm && refused:
+		s.fail(checkRetention, "n%d refused a retention before %d, at or below its high watermark %d: %v", l.id, before, hwm, err)
+	}
+}
+
+// checkLogStart: a readable leader's log never starts above its high watermark
+// (retention deletes only committed records).
+func (n *node) checkLogStart() {
+	for _, g := range n.s.groups {
+		v, l := n.grp[g], n.logs[g]
+		if v == nil || l == nil || !v.Readable(n.id) {
+			continue // the view's high watermark is current only on a readable leader
+		}
+		if start := l.StartOffset(); start > v.HighWatermark {
+			n.s.fail(checkRetention, "n%d g%d: the log starts at %d, above the high watermark %d", n.id, g, start, v.HighWatermark)
+		}
 	}
 }
 
@@ -678,7 +777,9 @@ func (s *Sim) survivesLoss(n *node) bool {
 			return false
 		}
 		st, _ := l.rn.Status(g)
-		rest := slices.DeleteFunc(slices.Clone(st.Voters), func(id uint64) bool { return id == n.id })
+		// A voter the nemesis is demoting may be a learner any moment.
+		demoted, ok := s.demoted[g]
+		rest := slices.DeleteFunc(slices.Clone(st.Voters), func(id uint64) bool { return id == n.id || (ok && id == demoted) })
 		if len(rest) < len(st.Voters)/2+1 {
 			return false
 		}
@@ -694,6 +795,9 @@ var simRetention = storage.RetentionPolicy{MaxAge: 4000, MaxBytes: 24 << 10}
 // retentionPolicies is the leader's periodic retention check, as the
 // server's (server.RetentionDue): record timestamps are simulated ms.
 func (s *Sim) retentionPolicies() {
+	if s.liveness {
+		return // the final read must see what the stream held at the heal
+	}
 	defer s.w.after(time.Second, nil, s.retentionPolicies)
 	if len(s.groups) < 2 {
 		return
@@ -794,7 +898,14 @@ func Run(cfg Config) (res *Result) {
 	var s *Sim
 	defer func() {
 		if p := recover(); p != nil {
-			res.Failures = append(res.Failures, fmt.Sprintf("panic: %v\n%s", p, debug.Stack()))
+			if a, ok := p.(watchdogAbort); ok && s != nil {
+				s.w.record("WATCHDOG %s", a.why)
+				res.Failures = append(s.failures, fmt.Sprintf("watchdog: %s; replay: make sim SEED=%d; state:%s", a.why, cfg.Seed, s.state()))
+				res.Caught = append(s.caught, checkWatchdog)
+			} else {
+				res.Failures = append(res.Failures, fmt.Sprintf("panic: %v\n%s", p, debug.Stack()))
+				res.Caught = append(res.Caught, checkPanic)
+			}
 			res.OK = false
 		}
 		if s != nil {
@@ -823,8 +934,9 @@ func Run(cfg Config) (res *Result) {
 func (s *Sim) run(res *Result) {
 	w := s.w
 	for i, st := range s.streams {
-		for k := 0; k < s.cfg.Clients; k++ {
+		for k := 0; k < s.cfg.Clients+s.cfg.Consumers; k++ {
 			c := s.newClient(len(s.clients), st, false)
+			c.consumer = k >= s.cfg.Clients
 			s.clients = append(s.clients, c)
 			w.after(time.Duration(i*k)*time.Millisecond, nil, c.loop)
 		}
@@ -852,7 +964,7 @@ func (s *Sim) run(res *Result) {
 		w.run(w.now + int64(100*time.Millisecond))
 	}
 	if !s.progressed() {
-		s.failf("liveness: no acknowledged produce on every stream within %v of healing (progress %v)", time.Duration(deadline()-s.healAt), s.progress)
+		s.fail(checkLiveness, "liveness: no acknowledged produce on every stream within %v of healing (progress %v)", time.Duration(deadline()-s.healAt), s.progress)
 	}
 	for _, c := range s.clients {
 		c.stopped = true
@@ -867,7 +979,7 @@ func (s *Sim) run(res *Result) {
 		w.run(w.now + int64(100*time.Millisecond))
 	}
 	if d := s.divergence(); d != "" {
-		s.failf("liveness: replicas did not converge within %v of healing: %s", time.Duration(deadline()-s.healAt), d)
+		s.fail(checkLiveness, "liveness: replicas did not converge within %v of healing: %s", time.Duration(deadline()-s.healAt), d)
 	}
 
 	// Final read of every stream through the Kafka path.
@@ -891,7 +1003,7 @@ func (s *Sim) run(res *Result) {
 	}
 	for _, st := range s.streams {
 		if !finals[st].finalDone {
-			s.failf("final read of %s did not complete", st)
+			s.fail(checkFinalRead, "final read of %s did not complete", st)
 		}
 		finals[st].stopped = true
 		finals[st].abandon("end")
@@ -910,18 +1022,23 @@ func (s *Sim) run(res *Result) {
 	}
 	for _, sr := range res.Check.Streams {
 		for _, f := range sr.Failures {
-			s.failf("checker: stream %s: %s", sr.Stream, f)
+			s.fail(checkerCheck(sr, f), "checker: stream %s: %s", sr.Stream, f)
 		}
 	}
 	for _, e := range res.Check.Errors {
-		s.failf("checker: malformed history: %s", e)
+		s.fail(checkHistory, "checker: malformed history: %s", e)
 	}
 	if res.Check.Ordering.Count > 0 {
+		for _, k := range sortedKeys(res.Check.OrderingKinds) {
+			s.fail(check("ordering:"+string(k)), "checker: ordering: %d %s violations", res.Check.OrderingKinds[k], k)
+		}
 		for _, v := range res.Check.Ordering.Examples {
-			s.failf("checker: ordering: %s conn %d: %s", v.Kind, v.Conn, v.Detail)
+			s.w.record("ordering violation: %s conn %d: %s", v.Kind, v.Conn, v.Detail)
+			s.failures = append(s.failures, fmt.Sprintf("checker: ordering: %s conn %d: %s", v.Kind, v.Conn, v.Detail))
 		}
 	}
 	res.Failures = s.failures
+	res.Caught = s.caught
 	res.OK = len(s.failures) == 0
 	res.Detections = s.detections
 	w.record("END ok=%v ops=%d", res.OK, res.Ops)
@@ -1017,7 +1134,7 @@ func (s *Sim) replicas() map[string]map[string][]checker.ReplicaRecord {
 					break
 				}
 				if err != nil || len(bs) == 0 {
-					s.failf("n%d %s: read [%d,%d): %v", n.id, st, off, hwm, err)
+					s.fail(checkReplicaRead, "n%d %s: read [%d,%d): %v", n.id, st, off, hwm, err)
 					break
 				}
 				for _, b := range bs {

@@ -62,6 +62,9 @@ type world struct {
 	out    func(string)
 	faults map[string]int // injected faults by kind
 	bug    *buggify
+	// The watchdog's limits (watchdog.go).
+	deadline  time.Time
+	maxEvents uint64
 }
 
 func newWorld(seed uint64, out func(string)) *world {
@@ -103,6 +106,9 @@ func (w *world) step(until int64) bool {
 		}
 	}
 	w.events++
+	if w.events%1024 == 0 {
+		w.watch()
+	}
 	if e.node != nil {
 		w.runIn(e.node, e.fn)
 	} else {
@@ -116,11 +122,14 @@ func (w *world) step(until int64) bool {
 func (w *world) runIn(n *node, fn func()) {
 	defer func() {
 		if p := recover(); p != nil {
+			if _, ok := p.(watchdogAbort); ok {
+				panic(p) // the whole run stops
+			}
 			if n.s.corruptionPanic(n, p) {
 				n.s.detect(n, "panic", fmt.Errorf("panic: %v", p))
 				return
 			}
-			n.s.failf("n%d panicked: %v", n.id, p)
+			n.s.fail(checkPanic, "n%d panicked: %v", n.id, p)
 			n.stop(false)
 		}
 	}()
@@ -177,6 +186,8 @@ var buggifySites = []string{
 	"core.low-uncommitted",    // tiny uncommitted budget: backpressure errors
 	"disk.slow-snapshot-copy", // snapshot copies sometimes start 0.2-1.5s late
 	"client.oversized",        // produces sometimes exceed the maximum entry: MESSAGE_TOO_LARGE
+	"crash.after-vote",        // power loss right after a vote is reported durable
+	"crash.after-conf-change", // power loss right after a membership change is written
 }
 
 func newBuggify(r *rand.Rand, enabled bool) *buggify {

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/require"
 	"go.etcd.io/raft/v3"
 	pb "go.etcd.io/raft/v3/raftpb"
 
@@ -443,4 +444,35 @@ func (w *crashWorld) check(exact bool) error {
 		return fmt.Errorf("term of last: %w", err)
 	}
 	return nil
+}
+
+// A process that crashed leaves its unsynced writes in the page cache; the
+// next Open finds them and raft takes them as stable, so Open must make
+// them durable before a power loss can take them away.
+func TestOpenMakesWhatItFindsDurable(t *testing.T) {
+	mem := vfs.NewMem()
+	l := openMem(t, memOpts(mem))
+	require.NoError(t, l.Bootstrap(&pb.ConfState{Voters: []uint64{1}}))
+	require.NoError(t, l.Write([]*pb.Entry{userEnt(2, 1, 1, 10, 1)}, hardState(1, 1, 2)))
+	_, err := l.Sync()
+	require.NoError(t, err)
+	require.NoError(t, l.Write([]*pb.Entry{userEnt(3, 1, 1, 10, 2), userEnt(4, 1, 1, 10, 3)}, hardState(2, 3, 2)))
+	require.NoError(t, l.Close()) // the process dies: no sync, the page cache survives
+
+	l = openMem(t, memOpts(mem))
+	last, err := l.LastIndex()
+	require.NoError(t, err)
+	require.Equal(t, uint64(4), last, "the restarted process sees its predecessor's unsynced writes")
+	require.NoError(t, l.Close())
+
+	mem.CrashClean() // power loss: only durable bytes survive
+	l = openMem(t, memOpts(mem))
+	defer l.Close()
+	last, err = l.LastIndex()
+	require.NoError(t, err)
+	require.Equal(t, uint64(4), last, "what the restarted log held was reported stable to raft")
+	hs, _, err := l.InitialState()
+	require.NoError(t, err)
+	require.Equal(t, uint64(2), hs.GetTerm())
+	require.Equal(t, uint64(3), hs.GetVote())
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/pingcap/failpoint"
 
 	"github.com/vdl-project/vdl/failpoints"
+	"github.com/vdl-project/vdl/internal/canary"
 	"github.com/vdl-project/vdl/vfs"
 )
 
@@ -87,6 +88,9 @@ func (l *Log) recover() error {
 		return fmt.Errorf("storage: %s belongs to stream %d, not %d", dir, m.stream, l.stream)
 	}
 	l.meta, l.confs = m, m.confs
+	if canary.On(canary.ConfStateNotReplayed) && len(l.confs) > 1 {
+		l.confs = l.confs[:1] // broken on purpose: membership changes since the log start are forgotten
+	}
 
 	names, err := fsys.List(dir)
 	if err != nil {
@@ -282,12 +286,14 @@ func (l *Log) recoverActive() error {
 		if err := l.appendRecords(nil, nil, &st); err != nil {
 			return err
 		}
-		l.dirDirty = true
-		if _, err := l.Sync(); err != nil {
-			return err
-		}
 	}
-	return nil
+	// A process that crashed may have left writes it never synced in the
+	// page cache, and files whose directory entry is not durable. Raft
+	// takes whatever the log holds as stable (it may vote and acknowledge
+	// on it), so make it stable before anyone reads it.
+	l.dirDirty = true
+	_, err = l.Sync()
+	return err
 }
 
 func joinState(a, b state) state {

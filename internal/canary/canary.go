@@ -32,8 +32,8 @@ const (
 	// RetainAboveCommit: retention is not bounded by the commit index
 	// (raftnode apply, the admin API).
 	RetainAboveCommit Name = "retain-above-commit"
-	// HardStateNotSynced: Sync skips the hard state record's fsync when no
-	// entries are written with it (storage).
+	// HardStateNotSynced: a hard state written without entries (a vote, a
+	// new term) is reported durable without an fsync (raftnode.SyncJob).
 	HardStateNotSynced Name = "hard-state-not-synced"
 	// ConfStateNotReplayed: a restarted log forgets membership changes
 	// recorded after its start (storage recovery).
@@ -41,11 +41,12 @@ const (
 	// FollowerServesFetch: a follower answers fetches from its own log
 	// (server.Backend).
 	FollowerServesFetch Name = "follower-serves-fetch"
-	// NoReadFence: fetches and ListOffsets skip the leadership
-	// confirmation (kafka).
+	// NoReadFence: reads (fetches, ListOffsets, the group coordinator)
+	// skip the leadership confirmation (server.Backend).
 	NoReadFence Name = "no-read-fence"
-	// Livelock: the simulator's watchdog canary: the core schedules work
-	// for ever without simulated time passing (the simulator).
+	// Livelock: the watchdog's canary: once running for a while,
+	// raftnode.Node.Flush makes its own work (it ticks the core whenever
+	// it runs out of effects) and never returns.
 	Livelock Name = "livelock"
 )
 

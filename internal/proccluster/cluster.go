@@ -13,7 +13,6 @@ package proccluster
 
 import (
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -23,6 +22,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/vdl-project/vdl/internal/testnet"
 )
 
 // Options shape a test cluster.
@@ -177,27 +178,9 @@ func (c *Cluster) config(n *Node) string {
 	return sb.String()
 }
 
-// freePorts picks n distinct free TCP ports by listening on :0 (all held
-// open until every port is picked, so they are distinct), then closing.
-func freePorts(tb testing.TB, n int) []int {
-	tb.Helper()
-	var ls []net.Listener
-	defer func() {
-		for _, l := range ls {
-			l.Close()
-		}
-	}()
-	var ports []int
-	for range n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			tb.Fatal(err)
-		}
-		ls = append(ls, l)
-		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
-	}
-	return ports
-}
+// freePorts picks n distinct free TCP ports (testnet: below the ephemeral
+// range, so no test's outgoing connection takes one meanwhile).
+func freePorts(tb testing.TB, n int) []int { return testnet.FreePorts(tb, n) }
 
 // startAll starts every node and waits for their health and the streams'
 // leaders.

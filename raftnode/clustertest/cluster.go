@@ -23,6 +23,7 @@ import (
 	"go.etcd.io/raft/v3/raftpb"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/vdl-project/vdl/internal/testnet"
 	"github.com/vdl-project/vdl/raftnode"
 	"github.com/vdl-project/vdl/raftnode/transport"
 	"github.com/vdl-project/vdl/storage"
@@ -113,12 +114,7 @@ func New(tb testing.TB, opts Options) *Cluster {
 // AddNode creates a server (not started) with an empty data directory and
 // reserves its listen address, so peers can be told about it.
 func (c *Cluster) AddNode(id uint64) *Node {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		c.tb.Fatalf("listen: %v", err)
-	}
-	addr := ln.Addr().String()
-	_ = ln.Close()
+	addr := testnet.FreeAddr(c.tb)
 	n := &Node{ID: id, c: c, dir: filepath.Join(c.dir, fmt.Sprintf("n%d", id)), addr: addr}
 	c.mu.Lock()
 	c.nodes[id] = n
