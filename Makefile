@@ -17,6 +17,7 @@ build:
 test: lint
 	$(GO) test -count=1 -timeout $(TEST_TIMEOUT) $(PKGS)
 	$(GO) test -count=1 -race -timeout $(TEST_TIMEOUT) $$($(GO) list $(RACE_PKGS) 2>/dev/null)
+	$(MAKE) --no-print-directory test-canaries
 
 run: build
 	$(BIN)/vdl dev

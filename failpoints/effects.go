@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"strconv"
+	"sync/atomic"
 	"syscall"
 	"time"
 )
@@ -41,6 +42,39 @@ func Crash() {
 		// The signal is delivered asynchronously; never return meanwhile.
 		// (time.Sleep, unlike select{}, cannot trip the deadlock detector.)
 		time.Sleep(time.Millisecond)
+	}
+}
+
+// powerLoss is the process's power switch (SetPowerLoss).
+var powerLoss atomic.Pointer[func()]
+
+// SetPowerLoss installs what PowerLoss does before the process dies: the
+// failpoint build's server drops what its data file system never synced
+// (vfs.Lazy.PowerLoss).
+func SetPowerLoss(f func()) { powerLoss.Store(&f) }
+
+// PowerLoss ends the process as a power cut would: every write not synced,
+// and every create, rename and remove not made durable, is lost (through
+// the switch SetPowerLoss installed; without one it is Crash), then the
+// process dies like Crash.
+func PowerLoss() {
+	if f := powerLoss.Load(); f != nil {
+		_, _ = os.Stderr.WriteString("vdl failpoint: power loss\n")
+		(*f)()
+	}
+	Crash()
+}
+
+// CrashOn ends the process when the term asks for it: return(true) crashes
+// it (Crash: like kill -9, the page cache survives), return("powerloss")
+// cuts its power (PowerLoss: what was not synced is lost). Other values do
+// nothing.
+func CrashOn(v any) {
+	switch {
+	case Bool(v):
+		Crash()
+	case v == "powerloss":
+		PowerLoss()
 	}
 }
 

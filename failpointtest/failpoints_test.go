@@ -25,7 +25,7 @@ import (
 var allFailpoints = map[string]string{
 	"storage/beforeWrite":             "TestCrashes (crash), TestIOErrors (eio)",
 	"storage/tornWrite":               "TestCrashes",
-	"storage/afterWrite":              "TestCrashes",
+	"storage/afterWrite":              "TestCrashes, TestFailpointPowerLoss (powerloss)",
 	"storage/beforeSync":              "TestCrashes (crash), TestIOErrors (eio)",
 	"storage/afterSync":               "TestCrashes",
 	"storage/segmentRoll":             "TestCrashes (crash), TestIOErrors (eio)",
@@ -37,6 +37,7 @@ var allFailpoints = map[string]string{
 	"raftnode/beforeFollowerSend":     "TestPartitionsAndDelays",
 	"raftnode/dropTo":                 "TestPartitionsAndDelays",
 	"raftnode/dropFrom":               "TestPartitionsAndDelays",
+	"raftnode/beforeTick":             "TestPowerLossAndReads (fetch from a deposed leader: its clock slows)",
 	"raftnode/beforeApply":            "TestPartitionsAndDelays (sleep), TestCrashes",
 	"raftnode/afterApply":             "TestPartitionsAndDelays (sleep), TestCrashes",
 	"raftnode/beforeSnapshotSend":     "TestSnapshot",

@@ -3,14 +3,13 @@ package integration
 import (
 	"encoding/binary"
 	"hash/crc32"
-	"io"
-	"net"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 	"github.com/twmb/franz-go/pkg/kmsg"
+	"github.com/vdl-project/vdl/internal/proccluster"
 )
 
 // TestOversizedProduceIsRefused: one partition's record set in one Produce
@@ -76,33 +75,5 @@ func v2Batch(value string) []byte {
 // roundTrip sends one request on a new connection and decodes the answer.
 func roundTrip(t *testing.T, addr string, req kmsg.Request, resp kmsg.Response) {
 	t.Helper()
-	nc, err := net.DialTimeout("tcp", addr, 5*time.Second)
-	require.NoError(t, err)
-	defer nc.Close()
-	_ = nc.SetDeadline(time.Now().Add(30 * time.Second))
-	b := make([]byte, 4, 64)
-	b = binary.BigEndian.AppendUint16(b, uint16(req.Key()))
-	b = binary.BigEndian.AppendUint16(b, uint16(req.GetVersion()))
-	b = binary.BigEndian.AppendUint32(b, 1) // correlation id
-	b = binary.BigEndian.AppendUint16(b, 4)
-	b = append(b, "test"...)
-	if req.IsFlexible() {
-		b = append(b, 0)
-	}
-	b = req.AppendTo(b)
-	binary.BigEndian.PutUint32(b, uint32(len(b)-4))
-	_, err = nc.Write(b)
-	require.NoError(t, err)
-	var n [4]byte
-	_, err = io.ReadFull(nc, n[:])
-	require.NoError(t, err)
-	frame := make([]byte, binary.BigEndian.Uint32(n[:]))
-	_, err = io.ReadFull(nc, frame)
-	require.NoError(t, err)
-	require.Equal(t, uint32(1), binary.BigEndian.Uint32(frame), "correlation id")
-	body := frame[4:]
-	if resp.IsFlexible() {
-		body = body[1:] // empty tagged fields of response header v1
-	}
-	require.NoError(t, resp.ReadFrom(body))
+	require.NoError(t, proccluster.RoundTrip(addr, req, resp, 30*time.Second))
 }

@@ -308,9 +308,7 @@ func (c *conn) loop() {
 			if len(cs) > 0 {
 				failpoint.Inject("afterCommitBeforeResponse", func(val failpoint.Value) {
 					failpoints.Hit("kafka/afterCommitBeforeResponse")
-					if failpoints.Bool(val) {
-						failpoints.Crash()
-					}
+					failpoints.CrashOn(val)
 				})
 			}
 		case <-c.wake:

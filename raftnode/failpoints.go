@@ -6,7 +6,8 @@ import "github.com/vdl-project/vdl/failpoints"
 
 // The Raft driver's failpoints (docs/failpoints.md). They are in the Node
 // and its jobs (and the Host's Step), never in the Core. Message drops
-// apply to every group; return(true) on a crash marker is SIGKILL.
+// apply to every group; return(true) on a crash marker is SIGKILL,
+// return("powerloss") a power cut (failpoints.CrashOn).
 func init() {
 	failpoints.Register(
 		failpoints.Def{
@@ -38,6 +39,11 @@ func init() {
 			Name:   "raftnode/dropFrom",
 			Place:  "raftnode/host.go (*Host).Step: every Raft message received from the transport",
 			Effect: "return(id): drop every message from peer id (the other side of a partition); sleep(ms): delay incoming messages",
+		},
+		failpoints.Def{
+			Name:   "raftnode/beforeTick",
+			Place:  "raftnode/node.go (*Node).Tick: before every tick of the server's groups",
+			Effect: "sleep(ms): each tick comes that much later, as from a clock running slow (raft's timeouts, CheckQuorum included, stretch; the loop stalls meanwhile)",
 		},
 		failpoints.Def{
 			Name:   "raftnode/beforeApply",

@@ -542,3 +542,17 @@ func sortedIDs[V any](m map[ProposalID]V) []ProposalID {
 func (h *Host) FailStop(err error) {
 	_ = h.do(func() { h.node.FailStop(err) })
 }
+
+// Durable returns, per hosted group, what the node has told raft its log
+// holds on disk (Durable), as of now on the loop.
+func (h *Host) Durable() (map[uint64]Durable, error) {
+	out := map[uint64]Durable{}
+	err := h.call(func() {
+		for _, g := range h.node.Groups() {
+			if d, ok := h.node.Durable(g); ok {
+				out[g] = d
+			}
+		}
+	})
+	return out, err
+}

@@ -60,9 +60,7 @@ const installRetryTicks = 20
 func (j *InstallJob) Run(fetch EntryFetcher) error {
 	failpoint.Inject("beforeSnapshotInstall", func(val failpoint.Value) {
 		failpoints.Hit("raftnode/beforeSnapshotInstall")
-		if failpoints.Bool(val) {
-			failpoints.Crash()
-		}
+		failpoints.CrashOn(val)
 		if failpoints.EIO(val) {
 			failpoint.Return(failpoints.IOError())
 		}

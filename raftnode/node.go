@@ -162,6 +162,9 @@ func (n *Node) SetDiskFull(full bool) { n.core.SetDiskFull(full) }
 
 // Tick advances every group's logical clock by one tick.
 func (n *Node) Tick() {
+	failpoint.Inject("beforeTick", func() {
+		failpoints.Hit("raftnode/beforeTick")
+	})
 	if n.err != nil {
 		return
 	}
@@ -297,18 +300,14 @@ func (n *Node) route(e Effect) {
 func (n *Node) applied(e Applied) {
 	failpoint.Inject("beforeApply", func(val failpoint.Value) {
 		failpoints.Hit("raftnode/beforeApply")
-		if failpoints.Bool(val) {
-			failpoints.Crash()
-		}
+		failpoints.CrashOn(val)
 	})
 	n.pipe.queue = append(n.pipe.queue, e) // the applied index is persisted after earlier conf states
 	n.setView(e.Group, func(v *View) { v.Applied, v.AppliedTerm, v.HighWatermark = e.Index, e.Term, e.HighWatermark })
 	n.fenceApplied(e.Group, e.Index)
 	failpoint.Inject("afterApply", func(val failpoint.Value) {
 		failpoints.Hit("raftnode/afterApply")
-		if failpoints.Bool(val) {
-			failpoints.Crash()
-		}
+		failpoints.CrashOn(val)
 	})
 }
 

@@ -82,9 +82,7 @@ func (j *WriteJob) run(it writeItem) error {
 	case Append:
 		failpoint.Inject("beforeSave", func(val failpoint.Value) {
 			failpoints.Hit("raftnode/beforeSave")
-			if failpoints.Bool(val) {
-				failpoints.Crash()
-			}
+			failpoints.CrashOn(val)
 		})
 		if err := WriteAppend(it.l, e.Msg); err != nil {
 			return fmt.Errorf("group %d: %w", e.Group, err)
@@ -172,9 +170,7 @@ func (j *SyncJob) Run() error {
 func afterSave() {
 	failpoint.Inject("afterSave", func(val failpoint.Value) {
 		failpoints.Hit("raftnode/afterSave")
-		if failpoints.Bool(val) {
-			failpoints.Crash()
-		}
+		failpoints.CrashOn(val)
 	})
 }
 

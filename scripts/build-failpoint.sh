@@ -10,7 +10,9 @@
 # the go command's cache keys do not see -toolexec, so sharing the normal cache
 # would mix instrumented and production objects. failpoint-toolexec is
 # installed, once, from the github.com/pingcap/failpoint version pinned in
-# go.mod. Env: GO (go), FAILPOINT_GOCACHE, FAILPOINT_TOOLDIR.
+# go.mod. The build also carries the canaries (tag vdlcanary,
+# internal/canary): off unless the process's VDL_CANARY names one. Env: GO
+# (go), FAILPOINT_GOCACHE, FAILPOINT_TOOLDIR.
 set -euo pipefail
 
 if [ $# -lt 2 ]; then
@@ -44,7 +46,7 @@ status=0
 TMPDIR=$tmp/tmp \
   GOCACHE=${FAILPOINT_GOCACHE:-$root/.cache/failpoint-gocache} \
   GOMODCACHE=$("$GO" env GOMODCACHE) \
-  "$GO" build -tags failpoint -toolexec="$tool" -o "$out/" "$@" 2>"$tmp/stderr" || status=$?
+  "$GO" build -tags failpoint,vdlcanary -toolexec="$tool" -o "$out/" "$@" 2>"$tmp/stderr" || status=$?
 cat "$tmp/stderr" >&2
 # The tool logs a failed rewrite and goes on compiling the markers as no-ops:
 # treat any of its messages as a failed build.

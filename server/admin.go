@@ -58,6 +58,7 @@ func (s *Server) adminMux() *http.ServeMux {
 	mux.HandleFunc("POST /streams/{name}/members/{id}/promote", s.handlePromoteMember)
 	mux.HandleFunc("DELETE /streams/{name}/members/{id}", s.handleRemoveMember)
 	failpoints.Mount(mux)
+	s.mountPowerLoss(mux)
 	return mux
 }
 

@@ -31,7 +31,8 @@ import (
 //   - A membership change adding or promoting a server carries its dir
 //     (memberContext): every replica records it when the change applies.
 //   - A server that left every group hosted here is forgotten, so it can
-//     be added back with a new data dir (a replaced disk).
+//     be added back with a new data dir (a replaced disk): the dir it
+//     presented since becomes the known one.
 type Roster struct {
 	dirs      map[uint64]uint64
 	presented map[uint64]uint64 // the other dir a refused peer presented
@@ -139,7 +140,13 @@ func (r *Roster) Applied(self, group uint64, cs *raftpb.ConfState, context []byt
 	after := r.everyone()
 	for _, id := range before {
 		if !slices.Contains(after, id) && id != self {
-			if _, ok := r.dirs[id]; ok {
+			// Forgotten: the dir it presents on its connection, if it came
+			// back with another one, is the one known from now on (as a
+			// handshake would record it first-hand; the connection stays up).
+			if p, ok := r.presented[id]; ok {
+				r.dirs[id] = p
+				changed = true
+			} else if _, ok := r.dirs[id]; ok {
 				delete(r.dirs, id)
 				changed = true
 			}

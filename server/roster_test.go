@@ -31,20 +31,28 @@ func TestRosterDataDirs(t *testing.T) {
 	require.False(t, r.Applied(1, 1, &raftpb.ConfState{Voters: []uint64{1, 2}}, nil))
 	_, err = r.Admit(3, 0x99)
 	require.Error(t, err)
-	// Removed from every group: forgotten; the new dir is accepted.
+	// Removed from every group: forgotten; the dir it presented (on a
+	// connection that stays up: no new handshake) is the one known now.
 	require.True(t, r.Applied(1, 2, &raftpb.ConfState{Voters: []uint64{1, 2}}, nil))
 	require.False(t, r.Stale(3))
-	_, known := r.Dir(3)
-	require.False(t, known)
+	d, known := r.Dir(3)
+	require.True(t, known)
+	require.Equal(t, uint64(0x99), d)
 	rec, err = r.Admit(3, 0x99)
 	require.NoError(t, err)
-	require.True(t, rec)
+	require.False(t, rec)
+	// A server forgotten without having come back is simply unknown.
+	r3 := NewRoster(map[uint64]uint64{3: 0x33})
+	r3.Hosted(1, &raftpb.ConfState{Voters: []uint64{1, 2, 3}})
+	require.True(t, r3.Applied(1, 1, &raftpb.ConfState{Voters: []uint64{1, 2}}, nil))
+	_, known = r3.Dir(3)
+	require.False(t, known)
 
 	// A change adding it back names its dir: every replica records it.
 	r2 := NewRoster(map[uint64]uint64{3: 0x33})
 	r2.Hosted(1, &raftpb.ConfState{Voters: []uint64{1, 2}})
 	require.True(t, r2.Applied(1, 1, &raftpb.ConfState{Voters: []uint64{1, 2}, Learners: []uint64{3}}, MemberContext(3, 0x99)))
-	d, _ := r2.Dir(3)
+	d, _ = r2.Dir(3)
 	require.Equal(t, uint64(0x99), d)
 	_, err = r2.Admit(3, 0x33)
 	require.Error(t, err, "the old dir is refused once the new one is named")

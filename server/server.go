@@ -49,6 +49,9 @@ type Server struct {
 	opened  []*stream                    // every log opened, hosted or still waiting
 	members map[uint64]*raftpb.ConfState // hosted groups' membership
 	closed  bool
+	// durabilityViolations: what the failpoint build's durability check
+	// found lost after a power loss (powerloss_failpoint.go).
+	durabilityViolations []string
 }
 
 // stream is a hosted log stream: its Raft group and its log.
@@ -62,7 +65,11 @@ type stream struct {
 // openStream) and starts replication; Serve starts the client-facing
 // listeners.
 func New(cfg Config, logger *slog.Logger) (*Server, error) {
-	return newServer(cfg, logger, vfs.OS{})
+	fsys, err := dataFS(cfg)
+	if err != nil {
+		return nil, err
+	}
+	return newServer(cfg, logger, fsys)
 }
 
 // newServer is New on a file system of the caller's (tests: vfs.Mem).
@@ -231,6 +238,7 @@ func (s *Server) openStream(sc StreamConfig, mode startMode) (*stream, bool, err
 	if err != nil {
 		return nil, false, fmt.Errorf("stream %s: %w", sc.Name, err)
 	}
+	s.checkPromised(sc.ID, l)
 	st := &stream{cfg: sc, log: l}
 	s.mu.Lock()
 	s.opened = append(s.opened, st)

@@ -3,6 +3,7 @@ package simulator
 import (
 	"slices"
 
+	"github.com/stretchr/testify/require"
 	"github.com/vdl-project/vdl/checker"
 	"github.com/vdl-project/vdl/internal/canary"
 
@@ -127,6 +128,9 @@ func TestCanaries(t *testing.T) {
 				t.Fatalf("canary %s not caught in %d seeds", c.name, b.seeds)
 			}
 			t.Logf("canary %s caught at seed %d (%d seeds run) by %v: %s", c.name, caught.Seed, b.seeds, caught.Caught, caught.Failures[0])
+			if c.name == canary.Livelock {
+				require.Contains(t, caught.Failures[len(caught.Failures)-1], "replay: make sim SEED=", "a hung seed says how to replay it")
+			}
 			if !slices.ContainsFunc(caught.Caught, func(k check) bool { return slices.Contains(c.by, k) }) {
 				t.Errorf("canary %s was caught at seed %d by %v, not by the checks that target it (%v): replay with make sim SEED=%d CANARY=%s",
 					c.name, caught.Seed, caught.Caught, c.by, caught.Seed, c.name)
@@ -147,4 +151,16 @@ func TestCanaries(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestWatchdogWallClock: a seed that runs past its wall-clock limit fails
+// (with its replay line) instead of hanging the batch. The flush-round and
+// event limits are proven by the livelock canary (TestCanaries).
+func TestWatchdogWallClock(t *testing.T) {
+	r := runSeed(t, Config{Seed: 1, WallLimit: time.Millisecond})
+	require.False(t, r.OK)
+	require.Contains(t, r.Caught, checkWatchdog)
+	require.Contains(t, r.Failures[len(r.Failures)-1], "wall-clock limit")
+	require.Contains(t, r.Failures[len(r.Failures)-1], "replay: make sim SEED=1")
+	require.Less(t, r.Wall, 10*time.Second)
 }

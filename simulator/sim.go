@@ -900,7 +900,11 @@ func Run(cfg Config) (res *Result) {
 		if p := recover(); p != nil {
 			if a, ok := p.(watchdogAbort); ok && s != nil {
 				s.w.record("WATCHDOG %s", a.why)
-				res.Failures = append(s.failures, fmt.Sprintf("watchdog: %s; replay: make sim SEED=%d; state:%s", a.why, cfg.Seed, s.state()))
+				replay := fmt.Sprintf("make sim SEED=%d", cfg.Seed)
+				if cfg.Canary != canary.None {
+					replay += " CANARY=" + string(cfg.Canary)
+				}
+				res.Failures = append(s.failures, fmt.Sprintf("watchdog: %s; replay: %s; state:%s", a.why, replay, s.state()))
 				res.Caught = append(s.caught, checkWatchdog)
 			} else {
 				res.Failures = append(res.Failures, fmt.Sprintf("panic: %v\n%s", p, debug.Stack()))

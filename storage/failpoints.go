@@ -6,7 +6,9 @@ import "github.com/vdl-project/vdl/failpoints"
 
 // The storage engine's failpoints (docs/failpoints.md). return(true) crashes
 // the process (SIGKILL: what was written stays in the page cache, what was
-// not synced is not acknowledged); return("eio") fails the call with an
+// not synced is not acknowledged); return("powerloss") cuts the power
+// (what was not synced is lost: the failpoint build's vfs.Lazy);
+// return("eio") fails the call with an
 // injected EIO, which makes the log unusable, as a real IO failure does (the
 // Raft host then stops and the server answers /health 503).
 func init() {

@@ -226,9 +226,7 @@ func (l *Log) Sync() (Synced, error) {
 func (l *Log) flush(f vfs.File, dirDirty bool) error {
 	failpoint.Inject("beforeSync", func(val failpoint.Value) {
 		failpoints.Hit("storage/beforeSync")
-		if failpoints.Bool(val) {
-			failpoints.Crash()
-		}
+		failpoints.CrashOn(val)
 		if failpoints.EIO(val) {
 			// As a failed fsync: the log is unusable from now on.
 			failpoint.Return(failpoints.IOError())
@@ -244,9 +242,7 @@ func (l *Log) flush(f vfs.File, dirDirty bool) error {
 	}
 	failpoint.Inject("afterSync", func(val failpoint.Value) {
 		failpoints.Hit("storage/afterSync")
-		if failpoints.Bool(val) {
-			failpoints.Crash()
-		}
+		failpoints.CrashOn(val)
 	})
 	return nil
 }

@@ -134,9 +134,7 @@ func (s *segment) writeIndexFiles(fsys vfs.FS, stream uint64, ridx []ridxEnt, li
 	}
 	failpoint.Inject("indexFlush", func(val failpoint.Value) {
 		failpoints.Hit("storage/indexFlush")
-		if failpoints.Bool(val) {
-			failpoints.Crash() // .ridx written, .lidx not: Open rebuilds them
-		}
+		failpoints.CrashOn(val) // .ridx written, .lidx not: Open rebuilds them
 		if failpoints.EIO(val) {
 			_ = rf.Close()
 			failpoint.Return(failpoints.IOError())

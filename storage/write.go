@@ -202,9 +202,7 @@ func (l *Log) writeChunk(act *segment, ents []*pb.Entry, prep []prepEnt, stp *st
 	}
 	failpoint.Inject("beforeWrite", func(val failpoint.Value) {
 		failpoints.Hit("storage/beforeWrite")
-		if failpoints.Bool(val) {
-			failpoints.Crash()
-		}
+		failpoints.CrashOn(val)
 		if failpoints.EIO(val) {
 			failpoint.Return(failpoints.IOError())
 		}
@@ -228,9 +226,7 @@ func (l *Log) writeChunk(act *segment, ents []*pb.Entry, prep []prepEnt, stp *st
 	}
 	failpoint.Inject("afterWrite", func(val failpoint.Value) {
 		failpoints.Hit("storage/afterWrite")
-		if failpoints.Bool(val) {
-			failpoints.Crash()
-		}
+		failpoints.CrashOn(val)
 	})
 	l.mu.Lock()
 	l.ridx = append(l.ridx, rs...)
@@ -264,9 +260,7 @@ func (l *Log) stateRecord(act *segment, st state) ([]byte, uint32) {
 func (l *Log) roll(need int64) error {
 	failpoint.Inject("segmentRoll", func(val failpoint.Value) {
 		failpoints.Hit("storage/segmentRoll")
-		if failpoints.Bool(val) {
-			failpoints.Crash()
-		}
+		failpoints.CrashOn(val)
 		if failpoints.EIO(val) {
 			failpoint.Return(failpoints.IOError())
 		}

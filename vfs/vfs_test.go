@@ -21,6 +21,12 @@ var implementations = []struct {
 	new  func(t *testing.T) (FS, string) // file system and a root dir in it
 }{
 	{"OS", func(t *testing.T) (FS, string) { return OS{}, t.TempDir() }},
+	{"Lazy", func(t *testing.T) (FS, string) {
+		root := t.TempDir()
+		l, err := NewLazy(root, path.Join(t.TempDir(), "backup"))
+		require.NoError(t, err)
+		return l, root
+	}},
 	{"Mem", func(t *testing.T) (FS, string) {
 		m := NewMem()
 		require.NoError(t, m.MkdirAll("/tmp/x"))

@@ -32,6 +32,8 @@ var (
 	}}
 	// Failpoint is the failpoint build (scripts/build-failpoint.sh,
 	// docs/failpoints.md): markers live, the admin control plane mounted.
+	// It carries the canaries too (internal/canary): a server runs the one
+	// VDL_CANARY names.
 	Failpoint = &Binary{build: buildFailpoint}
 	// Vdlctl is the admin CLI (go build ./cmd/vdlctl).
 	Vdlctl = &Binary{build: func(dir string) (string, error) {

@@ -12,7 +12,10 @@
 package proccluster
 
 import (
+	"encoding/json"
 	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -42,6 +45,9 @@ type Options struct {
 	// TailLines of each server log are printed when the test failed (the
 	// whole logs are kept in a temp dir). Default 40.
 	TailLines int
+	// Env is added to every server process's environment (VDL_CANARY for
+	// the Canary build, say).
+	Env []string
 }
 
 // Node is one server process.
@@ -212,7 +218,7 @@ func (c *Cluster) StartNode(id uint64, env ...string) {
 	start := n.starts
 	fmt.Fprintf(logf, "=== harness: start #%d of node %d at %s env %v ===\n", start, n.ID, time.Now().Format(time.RFC3339Nano), env)
 	cmd := exec.Command(c.bin, "server", "--config", n.ConfigPath)
-	cmd.Env = append(os.Environ(), env...)
+	cmd.Env = append(append(os.Environ(), c.opts.Env...), env...)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	if err := cmd.Start(); err != nil {
 		logf.Close()
@@ -299,6 +305,46 @@ func (c *Cluster) Kill(id uint64) {
 	_ = cmd.Process.Kill()
 	<-exited
 	c.tb.Logf("killed node %d (kill -9)", id)
+}
+
+// PowerLoss cuts a node's power (a failpoint build: POST /debug/power-loss):
+// it loses what it never synced and dies; this waits until it is gone.
+func (c *Cluster) PowerLoss(id uint64) {
+	c.tb.Helper()
+	n := c.Node(id)
+	cmd, exited, _ := n.expectExit()
+	if cmd == nil {
+		return
+	}
+	resp, err := http.Post("http://"+n.Admin+"/debug/power-loss", "application/json", nil)
+	if err == nil {
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+	}
+	select {
+	case <-exited:
+	case <-time.After(10 * time.Second):
+		c.tb.Fatalf("node %d still runs 10s after its power was cut (%v)", id, err)
+	}
+	c.tb.Logf("cut node %d's power", id)
+}
+
+// Durability returns what a failpoint-build node found lost, after a power
+// loss, of what it had reported durable (GET /debug/durability).
+func (c *Cluster) Durability(id uint64) ([]string, error) {
+	resp, err := http.Get("http://" + c.Node(id).Admin + "/debug/durability")
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	var out struct {
+		Violations []string `json:"violations"`
+	}
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("GET /debug/durability: %s", resp.Status)
+	}
+	err = json.NewDecoder(resp.Body).Decode(&out)
+	return out.Violations, err
 }
 
 // Restart starts a stopped, killed or crashed node again on the same config

@@ -2,9 +2,12 @@ package proccluster
 
 import (
 	"context"
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
+	"net"
 	"net/http"
 	"slices"
 	"time"
@@ -210,4 +213,47 @@ func (c *Cluster) kafkaLeaderIs(stream string, leader uint64) error {
 		}
 	}
 	return fmt.Errorf("metadata from node %d: no stream %q", leader, stream)
+}
+
+// RoundTrip sends one Kafka request on a new connection to addr and
+// decodes the answer into resp (a test speaking the protocol itself:
+// requests no client would send, or to a broker of its choosing).
+func RoundTrip(addr string, req kmsg.Request, resp kmsg.Response, timeout time.Duration) error {
+	nc, err := net.DialTimeout("tcp", addr, 5*time.Second)
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	_ = nc.SetDeadline(time.Now().Add(timeout))
+	b := make([]byte, 4, 64)
+	b = binary.BigEndian.AppendUint16(b, uint16(req.Key()))
+	b = binary.BigEndian.AppendUint16(b, uint16(req.GetVersion()))
+	b = binary.BigEndian.AppendUint32(b, 1) // correlation id
+	b = binary.BigEndian.AppendUint16(b, 4)
+	b = append(b, "test"...)
+	if req.IsFlexible() {
+		b = append(b, 0)
+	}
+	b = req.AppendTo(b)
+	binary.BigEndian.PutUint32(b, uint32(len(b)-4))
+	if _, err := nc.Write(b); err != nil {
+		return err
+	}
+	var n [4]byte
+	if _, err := io.ReadFull(nc, n[:]); err != nil {
+		return err
+	}
+	frame := make([]byte, binary.BigEndian.Uint32(n[:]))
+	if _, err := io.ReadFull(nc, frame); err != nil {
+		return err
+	}
+	if corr := binary.BigEndian.Uint32(frame); corr != 1 {
+		return fmt.Errorf("correlation id %d, want 1", corr)
+	}
+	body := frame[4:]
+	resp.SetVersion(req.GetVersion())
+	if resp.IsFlexible() {
+		body = body[1:] // empty tagged fields of response header v1
+	}
+	return resp.ReadFrom(body)
 }
