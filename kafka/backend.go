@@ -32,6 +32,9 @@ type Backend interface {
 	Brokers() []Broker // advertised brokers, this one included
 	Controller() int32 // broker id reported as controller (-1: none)
 	Stream(name string) (StreamInfo, bool)
+	// HasStream reports whether the stream exists: what the produce and
+	// fetch paths need to know, without the cost of its metadata.
+	HasStream(name string) bool
 	Streams() []string // sorted
 
 	// Produce appends whole validated v2 batches (records) to the stream

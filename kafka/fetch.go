@@ -177,7 +177,7 @@ func (s *Session) readFetch(req *kmsg.FetchRequest, v int16, fences readFences) 
 }
 
 func (s *Session) readPartition(rp *kmsg.FetchResponseTopicPartition, topic string, p kmsg.FetchRequestTopicPartition, v int16, budget int, atLeastOne bool, fence ReadFence) ([]byte, int16, <-chan struct{}) {
-	if _, ok := s.be.Stream(topic); !ok || p.Partition != 0 {
+	if !s.be.HasStream(topic) || p.Partition != 0 {
 		return nil, errUnknownTopicOrPartition, nil
 	}
 	view, err := s.be.Log(topic)

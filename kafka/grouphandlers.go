@@ -257,7 +257,7 @@ func handleOffsetCommit(s *Session, sl *slot, kreq kmsg.Request, now int64) {
 			if p.Metadata != nil {
 				meta = *p.Metadata
 			}
-			_, known := s.be.Stream(t.Topic)
+			known := s.be.HasStream(t.Topic)
 			switch {
 			case code != errNone:
 				rp.ErrorCode = code

@@ -91,7 +91,7 @@ func (op *listOffsetsOp) answer(s *Session) {
 // listOffset resolves one partition's query (v0's fallback to the high
 // watermark included: v1+ callers get -1 from it instead).
 func (s *Session) listOffset(topic string, partition int32, ts int64, v0 bool, fence ReadFence) (offset, timestamp int64, code int16) {
-	if _, ok := s.be.Stream(topic); !ok || partition != 0 {
+	if !s.be.HasStream(topic) || partition != 0 {
 		return -1, -1, errUnknownTopicOrPartition
 	}
 	view, err := s.be.Log(topic)

@@ -72,7 +72,7 @@ func handleProduce(s *Session, sl *slot, kreq kmsg.Request, now int64) {
 // admitProduce checks one partition's records and returns the v2 batches to
 // append.
 func (s *Session) admitProduce(v int16, topic string, partition int32, recs []byte) ([]byte, int16, string) {
-	if _, ok := s.be.Stream(topic); !ok || partition != 0 {
+	if !s.be.HasStream(topic) || partition != 0 {
 		return nil, errUnknownTopicOrPartition, fmt.Sprintf("unknown topic or partition %s/%d", topic, partition)
 	}
 	if topic == s.cfg.OffsetsTopic {

@@ -69,6 +69,12 @@ func (b *Backend) Controller() int32 {
 	return id
 }
 
+// HasStream reports whether the stream exists.
+func (b *Backend) HasStream(name string) bool {
+	_, ok := b.c.Stream(name)
+	return ok
+}
+
 // Streams lists the streams, sorted.
 func (b *Backend) Streams() []string { return b.c.Streams() }
 

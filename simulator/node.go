@@ -384,5 +384,34 @@ func memUsed(m *vfs.Mem, dir string) int64 {
 	return total
 }
 
-// cloneMsg copies a raft message: peers never share memory.
-func cloneMsg(m *raftpb.Message) *raftpb.Message { return proto.Clone(m).(*raftpb.Message) }
+// cloneMsg copies a raft message as the wire would: peers never share
+// memory (except entry payloads and contexts, which nothing modifies). A
+// field-by-field copy: proto.Clone's reflection was 7% of a batch's CPU.
+func cloneMsg(m *raftpb.Message) *raftpb.Message {
+	c := &raftpb.Message{
+		Type: clonePtr(m.Type), To: clonePtr(m.To), From: clonePtr(m.From), Term: clonePtr(m.Term),
+		LogTerm: clonePtr(m.LogTerm), Index: clonePtr(m.Index), Commit: clonePtr(m.Commit), Vote: clonePtr(m.Vote),
+		Reject: clonePtr(m.Reject), RejectHint: clonePtr(m.RejectHint), Context: m.Context,
+	}
+	if m.Entries != nil {
+		c.Entries = make([]*raftpb.Entry, len(m.Entries))
+		for i, e := range m.Entries {
+			c.Entries[i] = &raftpb.Entry{Term: clonePtr(e.Term), Index: clonePtr(e.Index), Type: clonePtr(e.Type), Data: e.Data}
+		}
+	}
+	if m.Snapshot != nil {
+		c.Snapshot = proto.Clone(m.Snapshot).(*raftpb.Snapshot)
+	}
+	for _, r := range m.Responses {
+		c.Responses = append(c.Responses, cloneMsg(r))
+	}
+	return c
+}
+
+func clonePtr[T any](p *T) *T {
+	if p == nil {
+		return nil
+	}
+	v := *p
+	return &v
+}

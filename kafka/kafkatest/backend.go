@@ -100,6 +100,14 @@ func (b *Backend) Stream(name string) (kafka.StreamInfo, bool) {
 	return kafka.StreamInfo{Leader: st.leader, Replicas: []int32{b.self}, ISR: []int32{b.self}, Local: st.leader == b.self}, true
 }
 
+// HasStream implements kafka.Backend.
+func (b *Backend) HasStream(name string) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	_, ok := b.streams[name]
+	return ok
+}
+
 // Streams implements kafka.Backend.
 func (b *Backend) Streams() []string {
 	b.mu.Lock()
