@@ -26,9 +26,25 @@ type Config struct {
 	// raftnode.DefaultMaxEntryBytes - 1 (a server sets it from its
 	// max_entry_bytes).
 	MaxRecordSetBytes int
-	// MaxConnections bounds open client connections; more are accepted and
-	// closed at once with a log line. Default 10000.
-	MaxConnections int
+	// MaxConnections bounds open client connections, MaxConnectionsPerIP
+	// those from one address (Kafka's max.connections.per.ip); more are
+	// accepted and closed at once with a log line. Defaults 10000 and 1000.
+	MaxConnections      int
+	MaxConnectionsPerIP int
+	// MaxRequestBytes bounds, across all connections, the bytes of
+	// requests being read or read and not yet answered (Kafka's
+	// queued.max.request.bytes): at the bound connections wait (their
+	// sockets are not read) until requests are answered. Default 256 MiB.
+	MaxRequestBytes int
+	// FetchMaxBytes caps a fetch response whatever the request asks, in
+	// every version (Kafka's fetch.max.bytes). Default 55 MiB.
+	FetchMaxBytes int
+	// IdleTimeout closes a connection that sends no request for that long
+	// (Kafka's connections.max.idle.ms); RequestReadTimeout one that takes
+	// longer to send the rest of a request it started. Defaults 10 minutes
+	// and 30 seconds.
+	IdleTimeout        time.Duration
+	RequestReadTimeout time.Duration
 	// MaxInFlightRequests and MaxInFlightBytes bound, per connection, the
 	// requests read but not yet answered (and their bytes, plus response
 	// bytes not yet written). At the bound the server stops reading the
@@ -83,6 +99,15 @@ func (c Config) withDefaults() (Config, *Profile, error) {
 	def(&c.MaxRecordSetBytes, raftnode.DefaultMaxEntryBytes-1)
 	c.MaxMessageBytes = min(c.MaxMessageBytes, c.MaxRecordSetBytes)
 	def(&c.MaxConnections, 10000)
+	def(&c.MaxConnectionsPerIP, 1000)
+	def(&c.MaxRequestBytes, 256<<20)
+	def(&c.FetchMaxBytes, 55<<20)
+	if c.IdleTimeout == 0 {
+		c.IdleTimeout = 10 * time.Minute
+	}
+	if c.RequestReadTimeout == 0 {
+		c.RequestReadTimeout = 30 * time.Second
+	}
 	def(&c.MaxInFlightRequests, 256)
 	def(&c.MaxInFlightBytes, 64<<20)
 	if c.DefaultProduceTimeout == 0 {
@@ -100,8 +125,8 @@ func (c Config) withDefaults() (Config, *Profile, error) {
 	if c.ShutdownGrace == 0 {
 		c.ShutdownGrace = 5 * time.Second
 	}
-	if c.MaxFrameBytes < 64 || c.MaxMessageBytes < 64 || c.MaxConnections < 0 ||
-		c.MaxInFlightRequests < 1 || c.MaxInFlightBytes < 1 {
+	if c.MaxFrameBytes < 64 || c.MaxMessageBytes < 64 || c.MaxConnections < 0 || c.MaxConnectionsPerIP < 0 ||
+		c.MaxInFlightRequests < 1 || c.MaxInFlightBytes < 1 || c.MaxRequestBytes < 1 || c.FetchMaxBytes < 1 {
 		return c, nil, fmt.Errorf("kafka: invalid limits in config %+v", c)
 	}
 	return c, p, nil

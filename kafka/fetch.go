@@ -2,7 +2,6 @@ package kafka
 
 import (
 	"errors"
-	"math"
 
 	"github.com/twmb/franz-go/pkg/kmsg"
 
@@ -137,13 +136,19 @@ func (op *fetchOp) waits() []<-chan struct{} {
 // the change channels of the partitions read.
 func (s *Session) readFetch(req *kmsg.FetchRequest, v int16, fences readFences) (*kmsg.FetchResponse, int, bool, []<-chan struct{}) {
 	resp := kmsg.NewPtrFetchResponse()
-	budget := math.MaxInt32
+	// The server's cap holds in every version (v0-2 have no MaxBytes).
+	budget := s.cfg.FetchMaxBytes
 	if v >= 3 {
-		budget = int(max(req.MaxBytes, 0))
+		budget = min(budget, int(max(req.MaxBytes, 0)))
 	}
 	total := 0
 	errs := false
 	var chans []<-chan struct{}
+	type tp struct {
+		topic     string
+		partition int32
+	}
+	seen := map[tp]bool{}
 	for _, t := range req.Topics {
 		rt := kmsg.NewFetchResponseTopic()
 		rt.Topic = t.Topic
@@ -155,7 +160,19 @@ func (s *Session) readFetch(req *kmsg.FetchRequest, v int16, fences readFences) 
 			if v >= 4 && req.IsolationLevel == 1 {
 				rp.AbortedTransactions = []kmsg.FetchResponseTopicPartitionAbortedTransaction{}
 			}
-			data, code, ch := s.readPartition(&rp, t.Topic, p, v, budget, total == 0 || v < 3, fences.get(t.Topic))
+			if k := (tp{t.Topic, p.Partition}); seen[k] {
+				// Answered once: the same partition again would only
+				// multiply the response.
+				rp.ErrorCode, rp.RecordBatches, errs = errInvalidRequest, []byte{}, true
+				rt.Partitions = append(rt.Partitions, rp)
+				continue
+			} else {
+				seen[k] = true
+			}
+			// v0-2 promise a batch per partition even past the budget
+			// (at most one of each stream's); v3+ the first one only.
+			atLeastOne := total == 0 || (v < 3 && budget > 0)
+			data, code, ch := s.readPartition(&rp, t.Topic, p, v, budget, atLeastOne, fences.get(t.Topic))
 			if ch != nil {
 				chans = append(chans, ch)
 			}
@@ -194,10 +211,7 @@ func (s *Session) readPartition(rp *kmsg.FetchResponseTopicPartition, topic stri
 	if off < start || off > hwm {
 		return nil, errOffsetOutOfRange, ch
 	}
-	limit := int(max(p.PartitionMaxBytes, 0))
-	if v >= 3 {
-		limit = min(limit, budget)
-	}
+	limit := min(int(max(p.PartitionMaxBytes, 0)), budget)
 	if off == hwm || (limit <= 0 && !atLeastOne) {
 		return nil, errNone, ch
 	}

@@ -22,9 +22,21 @@ const minFrame = 2 + 2 + 4 + 2
 
 // ReadFrame reads one request frame: an int32 length, then that many bytes
 // (returned without the length). The length is checked against maxBytes
-// before anything is allocated for it. A clean EOF before the length
-// returns io.EOF.
+// first, and the buffer grows as the bytes arrive (never to the announced
+// length up front: a client announcing 100 MiB and sending nothing costs
+// nothing). A clean EOF before the length returns io.EOF.
 func ReadFrame(r io.Reader, maxBytes int) ([]byte, error) {
+	return readFrame(r, maxBytes, nil, nil)
+}
+
+// frameChunk is a frame buffer's first size; it then doubles as the bytes
+// arrive (so a frame costs at most twice what was sent, and a few copies).
+const frameChunk = 4 << 10
+
+// readFrame is ReadFrame; started (if set) is called once the length is
+// read, and reserve (if set) before the buffer grows by n bytes: it may
+// block (a server-wide budget) or refuse (an error ends the read).
+func readFrame(r io.Reader, maxBytes int, started func(), reserve func(n int) error) ([]byte, error) {
 	var l [4]byte
 	if _, err := io.ReadFull(r, l[:]); err != nil {
 		return nil, err
@@ -36,12 +48,30 @@ func ReadFrame(r io.Reader, maxBytes int) ([]byte, error) {
 	if int64(n) > int64(maxBytes) {
 		return nil, fmt.Errorf("%w: %d bytes, limit %d", ErrFrameTooLarge, n, maxBytes)
 	}
-	frame := make([]byte, n)
-	if _, err := io.ReadFull(r, frame); err != nil {
-		if errors.Is(err, io.EOF) {
-			err = io.ErrUnexpectedEOF
+	if started != nil {
+		started()
+	}
+	var frame []byte
+	for len(frame) < int(n) {
+		if len(frame) == cap(frame) {
+			grow := min(max(cap(frame), frameChunk), int(n)-cap(frame))
+			if reserve != nil {
+				if err := reserve(grow); err != nil {
+					return nil, err
+				}
+			}
+			grown := make([]byte, len(frame), cap(frame)+grow)
+			copy(grown, frame)
+			frame = grown
 		}
-		return nil, err
+		k, err := r.Read(frame[len(frame):min(cap(frame), int(n))])
+		frame = frame[:len(frame)+k]
+		if err != nil && len(frame) < int(n) {
+			if errors.Is(err, io.EOF) {
+				err = io.ErrUnexpectedEOF
+			}
+			return nil, err
+		}
 	}
 	return frame, nil
 }

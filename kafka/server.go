@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/pingcap/failpoint"
@@ -32,10 +33,12 @@ type Server struct {
 	mu        sync.Mutex
 	listeners map[net.Listener]struct{}
 	conns     map[*conn]struct{}
+	perIP     map[string]int // open connections by remote address
 	closed    bool
 	closing   chan struct{}
 	nconns    atomic.Int64
 	wg        sync.WaitGroup
+	budget    *budget // request bytes held, across connections
 }
 
 // NewServer checks cfg and returns a server; nothing runs until Serve.
@@ -49,8 +52,8 @@ func NewServer(cfg Config, be Backend, logger *slog.Logger) (*Server, error) {
 	}
 	s := &Server{
 		cfg: cfg, be: be, log: logger.With("component", "kafka"), start: time.Now(),
-		listeners: map[net.Listener]struct{}{}, conns: map[*conn]struct{}{},
-		closing: make(chan struct{}),
+		listeners: map[net.Listener]struct{}{}, conns: map[*conn]struct{}{}, perIP: map[string]int{},
+		closing: make(chan struct{}), budget: newBudget(int64(cfg.MaxRequestBytes)),
 	}
 	gc := cfg.groupsConfig()
 	gc.Group.Nonce = strconv.FormatInt(s.start.UnixNano(), 36)
@@ -113,8 +116,9 @@ func (s *Server) Serve(l net.Listener) error {
 				return ErrServerClosed
 			default:
 			}
-			var ne net.Error
-			if errors.As(err, &ne) && ne.Timeout() {
+			if retryAccept(err) {
+				// Out of file descriptors, say: back off and try again,
+				// as net/http does, rather than stop serving.
 				backoff = min(max(2*backoff, 5*time.Millisecond), time.Second)
 				s.log.Warn("accept failed; retrying", "err", err, "backoff", backoff)
 				time.Sleep(backoff)
@@ -123,20 +127,28 @@ func (s *Server) Serve(l net.Listener) error {
 			return err
 		}
 		backoff = 0
-		if n := s.nconns.Add(1); n > int64(s.cfg.MaxConnections) {
-			s.nconns.Add(-1)
+		ip := remoteIP(nc)
+		s.mu.Lock()
+		switch {
+		case s.closed:
+			s.mu.Unlock()
+			_ = nc.Close()
+			return ErrServerClosed
+		case len(s.conns) >= s.cfg.MaxConnections:
+			s.mu.Unlock()
 			s.log.Warn("connection refused: too many connections", "remote", nc.RemoteAddr().String(), "limit", s.cfg.MaxConnections)
+			_ = nc.Close()
+			continue
+		case s.perIP[ip] >= s.cfg.MaxConnectionsPerIP:
+			s.mu.Unlock()
+			s.log.Warn("connection refused: too many connections from one address", "remote", nc.RemoteAddr().String(), "limit", s.cfg.MaxConnectionsPerIP)
 			_ = nc.Close()
 			continue
 		}
 		c := s.newConn(nc)
-		s.mu.Lock()
-		if s.closed {
-			s.mu.Unlock()
-			s.nconns.Add(-1)
-			_ = nc.Close()
-			return ErrServerClosed
-		}
+		c.ip = ip
+		s.nconns.Add(1)
+		s.perIP[ip]++
 		s.conns[c] = struct{}{}
 		s.wg.Add(2)
 		s.mu.Unlock()
@@ -167,9 +179,32 @@ func (s *Server) Close() error {
 
 func (s *Server) now() int64 { return int64(time.Since(s.start)) }
 
+// retryAccept reports whether an accept error is worth retrying: a
+// timeout, or resources that may come back (file descriptors, buffers).
+func retryAccept(err error) bool {
+	var ne net.Error
+	if errors.As(err, &ne) && ne.Timeout() {
+		return true
+	}
+	for _, e := range []error{syscall.EMFILE, syscall.ENFILE, syscall.ENOBUFS, syscall.ENOMEM, syscall.ECONNABORTED} {
+		if errors.Is(err, e) {
+			return true
+		}
+	}
+	return false
+}
+
+func remoteIP(nc net.Conn) string {
+	if host, _, err := net.SplitHostPort(nc.RemoteAddr().String()); err == nil {
+		return host
+	}
+	return nc.RemoteAddr().String()
+}
+
 type conn struct {
 	s      *Server
 	nc     net.Conn
+	ip     string
 	log    *slog.Logger
 	frames chan []byte
 	rerr   chan error // the reader's final error
@@ -194,19 +229,37 @@ func (s *Server) newConn(nc net.Conn) *conn {
 }
 
 // read turns the socket into frame events. Sending blocks while the loop
-// does not take frames (in-flight bound): the socket is not read then.
+// does not take frames (in-flight bound): the socket is not read then. A
+// connection that sends no request for IdleTimeout, or takes longer than
+// RequestReadTimeout to send the rest of one, is closed; a frame's bytes
+// are taken from the server's budget as they arrive (the loop gives them
+// back as requests are answered).
 func (c *conn) read() {
 	defer c.s.wg.Done()
-	br := bufio.NewReaderSize(c.nc, 64<<10)
+	br := bufio.NewReaderSize(c.nc, 4<<10)
+	cfg := c.s.cfg
 	for {
-		f, err := ReadFrame(br, c.s.cfg.MaxFrameBytes)
+		_ = c.nc.SetReadDeadline(time.Now().Add(cfg.IdleTimeout))
+		var reserved int64
+		f, err := readFrame(br, cfg.MaxFrameBytes,
+			func() { _ = c.nc.SetReadDeadline(time.Now().Add(cfg.RequestReadTimeout)) },
+			func(n int) error {
+				if err := c.s.budget.acquire(int64(n), c.done); err != nil {
+					return err
+				}
+				reserved += int64(n)
+				return nil
+			})
 		if err != nil {
+			c.s.budget.release(reserved)
 			c.rerr <- err
 			return
 		}
+		c.s.budget.release(reserved - int64(len(f))) // what the buffer grew by beyond the frame
 		select {
 		case c.frames <- f:
 		case <-c.done:
+			c.s.budget.release(int64(len(f)))
 			return
 		}
 	}
@@ -225,11 +278,16 @@ func (c *conn) notify(cp Completion) {
 
 func (c *conn) loop() {
 	defer c.s.wg.Done()
+	held := 0 // request bytes this connection holds of the server's budget
 	defer func() {
 		close(c.done)
 		_ = c.nc.Close()
+		c.s.budget.release(int64(held))
 		c.s.mu.Lock()
 		delete(c.s.conns, c)
+		if c.s.perIP[c.ip]--; c.s.perIP[c.ip] <= 0 {
+			delete(c.s.perIP, c.ip)
+		}
 		c.s.mu.Unlock()
 		c.s.nconns.Add(-1)
 	}()
@@ -249,6 +307,10 @@ func (c *conn) loop() {
 	draining := false
 	for {
 		out := sess.Take()
+		if cur := sess.InFlightBytes(); cur < held {
+			c.s.budget.release(int64(held - cur))
+			held = cur
+		}
 		if len(out.Data) > 0 {
 			_ = c.nc.SetWriteDeadline(time.Now().Add(c.s.cfg.WriteTimeout))
 			if _, err := c.nc.Write(out.Data); err != nil {
@@ -288,6 +350,7 @@ func (c *conn) loop() {
 		}
 		select {
 		case f := <-frames:
+			held += len(f)
 			failpoint.Inject("beforeRequest", func(val failpoint.Value) {
 				failpoints.Hit("kafka/beforeRequest")
 				if failpoints.Bool(val) {
@@ -359,7 +422,8 @@ func (c *conn) linger() {
 	end := time.After(lingerTime)
 	for {
 		select {
-		case <-c.frames:
+		case f := <-c.frames:
+			c.s.budget.release(int64(len(f)))
 		case <-c.rerr:
 			return
 		case <-end:

@@ -344,5 +344,9 @@ func (s *Session) Take() Output {
 	return o
 }
 
+// InFlightBytes returns the bytes of the requests read and not yet
+// answered.
+func (s *Session) InFlightBytes() int { return s.inflight }
+
 // Pending returns the number of requests read and not yet answered.
 func (s *Session) Pending() int { return len(s.slots) }
