@@ -205,3 +205,38 @@ func openFDs(t *testing.T) int {
 	require.NoError(t, err)
 	return len(ents)
 }
+
+// With a server-wide budget smaller than two requests, a second client's
+// request waits (its socket is not read) until the first is answered, then
+// goes through: backpressure, nothing dropped; the budget is all given
+// back.
+func TestRequestBudgetBackpressure(t *testing.T) {
+	addr, be, srv := startRawServer(t, kafka.Config{MaxRequestBytes: 96 << 10})
+	be.SetManual(true) // produces wait for a commit the test gives
+	value := strings.Repeat("v", 64<<10)
+	var conns []net.Conn
+	for i := range 2 {
+		c, err := net.Dial("tcp", addr)
+		require.NoError(t, err)
+		defer c.Close()
+		writeFrame(t, c, encodeRequest(produceReq(8, -1, "a", makeBatch(t, 0, -1, int64(i), value)), 1))
+		conns = append(conns, c)
+	}
+	require.Eventually(t, func() bool { return be.PendingCount() == 1 }, 5*time.Second, 10*time.Millisecond,
+		"the first produce is in; the second waits for budget")
+	time.Sleep(200 * time.Millisecond)
+	require.Equal(t, 1, be.PendingCount(), "the second request is not read while the first holds the budget")
+	held := srv.RequestBytesHeld()
+	require.LessOrEqual(t, held, int64(96<<10)+int64(64<<10), "one request beyond the budget at most: the first, whole, and what the second had read")
+	for _, p := range be.TakePending() {
+		p.Commit()
+	}
+	readResponseFrame(t, conns[0])
+	require.Eventually(t, func() bool {
+		for _, p := range be.TakePending() {
+			p.Commit()
+		}
+		return srv.RequestBytesHeld() == 0
+	}, 5*time.Second, 10*time.Millisecond)
+	readResponseFrame(t, conns[1])
+}

@@ -65,6 +65,10 @@ func NewServer(cfg Config, be Backend, logger *slog.Logger) (*Server, error) {
 	return s, nil
 }
 
+// RequestBytesHeld returns the bytes of requests the server holds now,
+// across connections (bounded by Config.MaxRequestBytes).
+func (s *Server) RequestBytesHeld() int64 { return s.budget.inUse() }
+
 // Groups returns the server's group coordinator.
 func (s *Server) Groups() *Groups { return s.groups }
 

@@ -17,6 +17,11 @@ import (
 )
 
 func startRaw(t *testing.T, cfg kafka.Config) (string, *kafkatest.Backend) {
+	addr, be, _ := startRawServer(t, cfg)
+	return addr, be
+}
+
+func startRawServer(t *testing.T, cfg kafka.Config) (string, *kafkatest.Backend, *kafka.Server) {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
 	be := kafkatest.New(kafka.Broker{NodeID: 1, Host: "127.0.0.1", Port: int32(l.Addr().(*net.TCPAddr).Port)})
@@ -25,7 +30,7 @@ func startRaw(t *testing.T, cfg kafka.Config) (string, *kafkatest.Backend) {
 	require.NoError(t, err)
 	go func() { _ = srv.Serve(l) }()
 	t.Cleanup(func() { _ = srv.Close() })
-	return l.Addr().String(), be
+	return l.Addr().String(), be, srv
 }
 
 func writeFrame(t *testing.T, c net.Conn, frame []byte) {

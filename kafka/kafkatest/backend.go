@@ -138,6 +138,14 @@ func (b *Backend) TakePending() []*Pending {
 	return p
 }
 
+// PendingCount returns how many produces wait for Commit or Fail (manual
+// mode).
+func (b *Backend) PendingCount() int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return len(b.pending)
+}
+
 // Commit makes a pending produce visible and acknowledges it. Offsets were
 // assigned at arrival; commits move the high watermark up to the highest
 // contiguous committed offset.
