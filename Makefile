@@ -6,7 +6,7 @@ PKGS      := ./...
 RACE_PKGS := ./vfs/... ./storage/... ./raftnode/... ./kafka/... ./checker/... ./failpoints/...
 TEST_TIMEOUT ?= 20m
 
-.PHONY: all build test test-race run bench bench-storage bench-replication bench-e2e lint clean fuzz sim test-canaries
+.PHONY: all build test test-race run image campaign gate bench bench-storage bench-replication bench-e2e bench-tls bench-read bench-fetch bench-streams lint clean fuzz sim test-canaries
 
 all: build
 
@@ -22,9 +22,16 @@ test: lint
 run: build
 	$(BIN)/vdl dev
 
+# The server image (deploy/Containerfile): a static binary on scratch.
+IMAGE   ?= vdl
+ENGINE  ?= $(shell command -v podman || command -v docker)
+image:
+	CGO_ENABLED=0 $(GO) build -trimpath -o deploy/vdl ./cmd/vdl
+	$(ENGINE) build -f deploy/Containerfile -t $(IMAGE) .
+
 # Figures beside the machine's own limits, measured in the same run
 # (docs/storage.md, docs/replication.md, docs/performance.md).
-bench: bench-storage bench-replication bench-e2e
+bench: bench-fetch bench-read bench-storage bench-replication bench-e2e
 
 bench-storage:
 	$(GO) test -count=1 -run '^$$' -bench . -benchtime 1s ./storage/
@@ -35,8 +42,54 @@ bench-replication:
 # End-to-end: a local 3-process cluster, franz-go producers and consumers,
 # beside the raw disk limit (docs/performance.md). VDL_BENCH_SECONDS (20),
 # VDL_BENCH_PRODUCERS (4), VDL_BENCH_INFLIGHT (1), VDL_BENCH_DIR (a temp dir).
+# A campaign against real processes: make campaign NAME=kill_restart_leader
+# (testcases/NAME.txt, jepsen-like/campaigns/NAME.txt or NAME.yaml, or
+# jepsen-like/campaigns/extra/NAME.yaml). A report directory per run in
+# reports/ (report.html, summary.json, history.jsonl; reports/index.html);
+# CAMPAIGN_BIN=bin/failpoint/vdl (after make build-failpoint) for power
+# losses; NET=loopback|netns|auto (auto: namespaces when root); DURATION=30m
+# replaces every workload's duration (make gate too).
+CAMPAIGN_BIN ?= $(BIN)/vdl
+NET ?= auto
+CAMPAIGN_FILE = $(firstword $(wildcard testcases/$(NAME).txt jepsen-like/campaigns/$(NAME).txt jepsen-like/campaigns/$(NAME).yaml jepsen-like/campaigns/extra/$(NAME).yaml))
+campaign: build
+	@test -n "$(CAMPAIGN_FILE)" || { echo "no campaign $(NAME) in testcases/ or jepsen-like/campaigns/"; exit 2; }
+	$(BIN)/vdl-jepsen run --bin $(CAMPAIGN_BIN) --net $(NET) $(if $(DURATION),--duration $(DURATION)) --report data/campaigns/$(NAME).md $(CAMPAIGN_FILE)
+
+# The release gate: every script of testcases/ and every script and YAML
+# definition of jepsen-like/campaigns/ against the failpoint build; fails
+# unless every one PASSes. Report: data/gate/report.md, and a directory
+# per run in reports/.
+gate: build build-failpoint
+	$(BIN)/vdl-jepsen gate --bin $(FAILPOINT_BIN)/vdl --net $(NET) $(if $(DURATION),--duration $(DURATION)) --report data/gate/report.md
+
+# Many idle streams beside 10 hot ones on a 3-server replica set (docs/operations.md,
+# Sizing), and leaders returning to their preferred DC after it heals (docs/configserver.md):
+# VDL_BENCH_STREAMS (1000), VDL_BENCH_QUIESCE=0 for the figures without quiescence.
+bench-streams:
+	$(GO) test -count=1 -run '^$$' -bench '^Benchmark(Streams|DCHeal)$$' -benchtime 1x -timeout 60m ./server/
+
+bench-tls:
+	$(GO) test -count=1 -run '^$$' -bench '^BenchmarkTLS$$' -benchtime 1x -timeout 10m ./integration/
+
 bench-e2e:
 	$(GO) test -count=1 -run '^$$' -bench '^BenchmarkE2E$$' -benchtime 1x -timeout 10m ./integration/
+
+# Reads on the default config (docs/performance.md): catch-up and tailing
+# consume beside a cold read of the same segment files, the Kafka 0.10
+# profile's consume beside its produce, a tailing consumer's latency idle
+# and during a catch-up. VDL_BENCH_READ_MB (200),
+# VDL_BENCH_LEGACY_MB (128), VDL_BENCH_PROFILE (a path: the leader's CPU
+# profile during the first read). Dropping the page cache needs root.
+bench-read:
+	$(GO) test -count=1 -run '^$$' -bench '^(BenchmarkReadDefaults|BenchmarkKafka010|BenchmarkCatchUpIsolation)$$' -benchtime 1x -timeout 15m ./integration/
+
+# Regression benchmarks of the fetch path: allocations and bytes copied per
+# fetch, pooled reads, down-conversion throughput per core.
+bench-fetch:
+	$(GO) test -count=1 -run '^$$' -bench '^BenchmarkFetchPath$$' -benchtime 2s ./kafka/
+	$(GO) test -count=1 -run '^$$' -bench '^BenchmarkReadPooled$$' -benchtime 2s ./storage/
+	$(GO) test -count=1 -run '^$$' -bench '^BenchmarkToMessageSet$$' -benchtime 1s ./kafka/records/
 
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \

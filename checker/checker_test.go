@@ -500,3 +500,65 @@ func TestMultiStreamFailureHTML(t *testing.T) {
 	assert.False(t, r.Streams[1].OK)
 	assert.FileExists(t, filepath.Join(dir, "history.html"))
 }
+
+// retry marks op as a retry of its value by client cl (an idempotent producer resending).
+func retry(op Op, cl int) Op {
+	op.Retry, op.Client = true, cl
+	return op
+}
+
+// A write retried on a new connection after an unknown and a definitely failed attempt is
+// one write: acknowledged once, read once, it passes (no aborted read for the failed
+// attempt, no duplicate, linearizable with the write's whole span).
+func TestRetriedWriteIsOneWrite(t *testing.T) {
+	a1 := prodOut(0, 1, 1, 0, 30, "a", OutcomeInfo)
+	b1 := prodOut(1, 1, 2, 1, 30, "b", OutcomeInfo)
+	a2 := retry(prodOut(2, 2, 1, 31, 35, "a", OutcomeFail), 1) // backpressure: refused
+	a2.ErrCode = 19
+	a3 := retry(prod(3, 3, 1, 40, 45, "a", 0), 1)
+	b3 := retry(prod(4, 3, 2, 41, 46, "b", 1), 1)
+	h := []Op{a1, b1, a2, a3, b3, final(fetch(5, 9, 1, 50, 60, 0, 2, "a", "b"))}
+	r := check(t, h)
+	require.True(t, r.OK, r.Markdown())
+	require.Equal(t, 3, r.Streams[0].Ops, "two writes and the final read")
+
+	// A retry answered with the original's offset: the same.
+	h = []Op{prodOut(0, 1, 1, 0, 30, "a", OutcomeInfo), retry(prod(1, 2, 1, 31, 35, "a", 0), 1),
+		retry(prod(2, 3, 1, 36, 38, "a", 0), 1), final(fetch(3, 9, 1, 50, 60, 0, 1, "a"))}
+	r = check(t, h)
+	require.True(t, r.OK, r.Markdown())
+}
+
+// A retried write that landed twice is a duplicate, and the log is not linearizable.
+func TestRetriedWriteLandingTwice(t *testing.T) {
+	h := []Op{
+		prodOut(0, 1, 1, 0, 30, "a", OutcomeInfo),
+		retry(prod(1, 2, 1, 31, 35, "a", 1), 1),
+		final(fetch(2, 9, 1, 50, 60, 0, 2, "a", "a")),
+	}
+	r := check(t, h)
+	require.False(t, r.OK)
+	require.Equal(t, 1, anomalyCount(r, Duplicate))
+	require.Equal(t, "Illegal", r.Streams[0].Porcupine)
+
+	// Two acknowledgements at different offsets.
+	h = []Op{
+		prod(0, 1, 1, 0, 30, "a", 0),
+		retry(prod(1, 2, 1, 31, 35, "a", 1), 1),
+		final(fetch(2, 9, 1, 50, 60, 0, 2, "a", "a")),
+	}
+	r = check(t, h)
+	require.False(t, r.OK)
+	require.Equal(t, 1, anomalyCount(r, Duplicate))
+}
+
+// Retries must be by the client that produced the value first, of a value it produced.
+func TestRetryValidation(t *testing.T) {
+	errs := Validate([]Op{prod(0, 1, 1, 0, 10, "a", 0), retry(prod(1, 2, 1, 11, 20, "a", 0), 2)})
+	require.Len(t, errs, 1)
+	require.Contains(t, errs[0], "retried by client 2")
+	errs = Validate([]Op{retry(prod(0, 1, 1, 0, 10, "a", 0), 1)})
+	require.Len(t, errs, 1)
+	require.Contains(t, errs[0], "never produced before")
+	require.Empty(t, Validate([]Op{prod(0, 1, 1, 0, 10, "a", 0), retry(prod(1, 2, 1, 11, 20, "a", 0), 1)}))
+}

@@ -71,6 +71,11 @@ type Op struct {
 	// Produce: Value is unique per stream; Offset is the acknowledged offset (when ok).
 	Value  string `json:"value,omitempty"`
 	Offset int64  `json:"offset"`
+	// Retry marks a produce that sends again the value of an earlier produce of the same
+	// client (an idempotent producer resending a write it has no answer for, with the same
+	// sequence number): the attempts are one write, which must land at most once. The
+	// same-connection checks see every attempt; the others see the write (MergeRetries).
+	Retry bool `json:"retry,omitempty"`
 
 	// Fetch: records from From on (clients drop records before From, so every recorded
 	// offset is >= From), and the reported high watermark, -1 if not reported.
@@ -140,6 +145,7 @@ func Validate(ops []Op) []string {
 	seqs := make(map[connSeq]int, len(ops))
 	type streamValue struct{ stream, value string }
 	values := make(map[streamValue]int)
+	clients := map[int]int{} // first produce of a value -> its client
 	for i := range ops {
 		op := &ops[i]
 		if ids[op.ID] {
@@ -164,10 +170,18 @@ func Validate(ops []Op) []string {
 				add(op, "produce without value")
 			}
 			k := streamValue{op.Stream, op.Value}
-			if prev, ok := values[k]; ok {
+			prev, ok := values[k]
+			if ok && !op.Retry {
 				add(op, "value %q already produced by op %d", op.Value, prev)
+			} else if ok && clients[prev] != op.Client {
+				add(op, "value %q retried by client %d, produced by client %d (op %d)", op.Value, op.Client, clients[prev], prev)
+			} else if !ok && op.Retry {
+				add(op, "retry of value %q, never produced before", op.Value)
 			}
-			values[k] = op.ID
+			if !ok {
+				values[k] = op.ID
+				clients[op.ID] = op.Client
+			}
 			if op.Outcome == OutcomeOK && op.Offset < 0 {
 				add(op, "ok produce with offset %d", op.Offset)
 			}
@@ -303,5 +317,55 @@ func (r *Recorder) History() []Op {
 		out[i].Records = append([]Record(nil), p.Records...)
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
+	return out
+}
+
+// Scan calls f with the ops from index from on, in invoke order, under the recorder's lock
+// (f must neither keep op nor call the recorder), and returns the number of ops recorded.
+// A long run's progress report reads new and still open ops this way instead of copying
+// the whole history.
+func (r *Recorder) Scan(from int, f func(i int, op *Op)) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for i := max(from, 0); i < len(r.ops); i++ {
+		f(i, r.ops[i])
+	}
+	return len(r.ops)
+}
+
+// MergeRetries returns the history with each retried write (produces of one value, the
+// later ones marked Retry) as one produce: the first attempt's id, connection and invoke;
+// ok if an attempt was acknowledged (the first acknowledgement's offset and completion),
+// else unknown if an attempt was (it may have landed), else failed. A write that landed
+// twice (two attempts acknowledged at different offsets, or its value read at two offsets)
+// is a Duplicate anomaly of the merged history, found through the reads.
+func MergeRetries(ops []Op) []Op {
+	type streamValue struct{ stream, value string }
+	first := map[streamValue]int{} // index in out
+	out := make([]Op, 0, len(ops))
+	for _, op := range ops {
+		if op.Kind != KindProduce {
+			out = append(out, op)
+			continue
+		}
+		k := streamValue{op.Stream, op.Value}
+		i, seen := first[k]
+		if !seen || !op.Retry {
+			first[k] = len(out)
+			out = append(out, op)
+			continue
+		}
+		w := &out[i]
+		switch {
+		case w.Outcome == OutcomeOK:
+		case op.Outcome == OutcomeOK:
+			w.Outcome, w.Offset, w.Complete, w.Err, w.ErrCode, w.RespSeq = OutcomeOK, op.Offset, op.Complete, "", 0, 0
+		case op.Outcome == OutcomeInfo || w.Outcome == OutcomeInfo:
+			w.Outcome, w.Complete = OutcomeInfo, max(w.Complete, op.Complete)
+		default: // every attempt failed definitely
+			w.Complete = max(w.Complete, op.Complete)
+		}
+		w.Retry = true // merged: its attempts are in the unmerged history
+	}
 	return out
 }

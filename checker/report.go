@@ -99,8 +99,10 @@ func Check(history []Op, opts Options) *Result {
 		return res
 	}
 
+	// Linearizability and anomalies judge writes: a retried write's attempts are one.
+	writes := MergeRetries(ops)
 	byStream := map[string][]Op{}
-	for _, op := range ops {
+	for _, op := range writes {
 		byStream[op.Stream] = append(byStream[op.Stream], op)
 	}
 	names := sortedKeys(byStream)
@@ -132,11 +134,12 @@ func Check(history []Op, opts Options) *Result {
 	}
 	wg.Wait()
 
-	// Ordering: over the whole history, with patched produces substituted.
+	// Ordering: over the whole history, every attempt on its connection, with patched
+	// produces substituted (not for retried writes: which attempt landed is unknown).
 	patchedByID := map[int]Op{}
 	for _, sr := range res.Streams {
 		for _, op := range sr.patched {
-			if op.Patched {
+			if op.Patched && !op.Retry {
 				patchedByID[op.ID] = op
 			}
 		}
@@ -164,7 +167,7 @@ func Check(history []Op, opts Options) *Result {
 		res.OrderingKinds[v.Kind]++
 	}
 
-	anomalies := FindAnomalies(ops)
+	anomalies := FindAnomalies(writes)
 	for _, a := range anomalies {
 		sr := streamIdx[a.Stream]
 		if sr.Anomalies == nil {

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -124,9 +125,19 @@ func Peer(v any) (uint64, bool) {
 }
 
 // IsPeer reports whether the term's value names peer id: a drop-to/from-peer
-// marker does `if failpoints.IsPeer(val, to) { drop }`. return(0) or
-// return(true) would be errors in such a term; they match nothing.
+// marker does `if failpoints.IsPeer(val, to) { drop }`. The value is one
+// peer, return(2), or a list, return("2,3") (one side of a partition).
+// return(0) or return(true) would be errors in such a term; they match
+// nothing.
 func IsPeer(v any, id uint64) bool {
+	if s, ok := v.(string); ok && strings.Contains(s, ",") {
+		for _, f := range strings.Split(s, ",") {
+			if p, ok := Peer(strings.TrimSpace(f)); ok && p == id {
+				return true
+			}
+		}
+		return false
+	}
 	p, ok := Peer(v)
 	return ok && p == id
 }

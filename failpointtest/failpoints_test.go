@@ -44,6 +44,10 @@ var allFailpoints = map[string]string{
 	"raftnode/beforeSnapshotInstall":  "TestSnapshot",
 	"kafka/afterCommitBeforeResponse": "TestCrashes (crash), TestPartitionsAndDelays (sleep)",
 	"kafka/beforeRequest":             "TestPartitionsAndDelays",
+	"configserver/beforeReportAnswer": "TestConfigServerFailpoints (sleep)",
+	"configserver/afterPropose":       "TestConfigServerFailpoints (crash: the retried create finds it made)",
+	"configserver/beforePropose":      "TestConfigServerFailpoints (crash: the stream never exists)",
+	"configserver/beforeTransfer":     "TestConfigServerFailpoints (crash before the balancer's transfer)",
 }
 
 // TestPartitionsAndDelays, on one cluster: the registry lists exactly
@@ -332,7 +336,7 @@ func TestSnapshot(t *testing.T) {
 	require.Equal(t, 60, c.produceN(l, cl, "snap", 60, 16<<10), "about four segments")
 	cl.Close()
 	hwm := c.mustStatus(leader).HighWatermark
-	resp, err := httpc.Post(fmt.Sprintf("http://%s/streams/%s/retain?before=%d", leader.Admin, stream, hwm-5), "", nil)
+	resp, err := leader.AdminClient.Post(fmt.Sprintf("%s/streams/%s/retain?before=%d", leader.AdminBase, stream, hwm-5), "", nil)
 	require.NoError(t, err)
 	resp.Body.Close()
 	require.Equal(t, http.StatusOK, resp.StatusCode)

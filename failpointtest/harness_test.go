@@ -6,7 +6,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"net/http"
 	"os/exec"
 	"strings"
 	"sync"
@@ -76,9 +75,6 @@ func (c *cluster) waitCrash(n *node, timeout time.Duration) {
 	}
 }
 
-// httpc is for the admin requests the tests make themselves.
-var httpc = &http.Client{Timeout: 3 * time.Second}
-
 // mustStatus returns the node's view of stream.
 func (c *cluster) mustStatus(n *node) server.StreamStatus {
 	c.t.Helper()
@@ -116,7 +112,9 @@ func (c *cluster) followers(leader *node) []*node {
 	return out
 }
 
-func fp(n *node) *failpoints.Client { return &failpoints.Client{BaseURL: n.Admin} }
+func fp(n *node) *failpoints.Client {
+	return &failpoints.Client{BaseURL: n.AdminBase, HTTP: n.AdminClient}
+}
 
 func (c *cluster) enable(n *node, name, term string) {
 	c.t.Helper()

@@ -52,9 +52,9 @@ func TestProductionBinary(t *testing.T) {
 	for _, path := range []string{failpoints.Prefix, failpoints.Prefix + "/", failpoints.Prefix + "/storage/beforeSync",
 		failpoints.Prefix + "/" + failpoints.FullName("raftnode/dropTo")} {
 		for _, method := range []string{http.MethodGet, http.MethodPut, http.MethodDelete} {
-			req, err := http.NewRequest(method, "http://"+n.Admin+path, strings.NewReader("return(true)"))
+			req, err := http.NewRequest(method, n.AdminBase+path, strings.NewReader("return(true)"))
 			require.NoError(t, err)
-			resp, err := httpc.Do(req)
+			resp, err := n.AdminClient.Do(req)
 			require.NoError(t, err)
 			_, _ = io.Copy(io.Discard, resp.Body)
 			resp.Body.Close()

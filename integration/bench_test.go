@@ -73,7 +73,7 @@ type pacedResult struct {
 func pacedProduce(b *testing.B, brokers []string, stream string, rate int, d time.Duration) pacedResult {
 	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.DefaultProduceTopic(stream),
 		kgo.RequiredAcks(kgo.AllISRAcks()), kgo.ProducerBatchCompression(kgo.NoCompression()),
-		kgo.ProducerLinger(0))
+		kgo.ProducerLinger(0), kgo.DisableIdempotentWrite())
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -239,11 +239,12 @@ func runE2E(b *testing.B, dir string, dur time.Duration) {
 			kgo.RequiredAcks(kgo.AllISRAcks()), kgo.ProducerBatchCompression(kgo.NoCompression()),
 			kgo.ProducerLinger(time.Millisecond), kgo.MaxBufferedRecords(2048),
 			kgo.ProducerBatchMaxBytes(1 << 20)}
+		// The plain producer, as the figures before idempotence was served:
+		// kgo keeps one request in flight without idempotence unless told
+		// (BenchmarkIdempotentProduce compares it with the idempotent one).
+		opts = append(opts, kgo.DisableIdempotentWrite())
 		if inflight > 1 {
-			// Several produce requests in flight per client need
-			// idempotence off (it is off anyway: VDL does not advertise
-			// InitProducerId, but kgo keeps one request in flight then).
-			opts = append(opts, kgo.DisableIdempotentWrite(), kgo.MaxProduceRequestsInflightPerBroker(inflight))
+			opts = append(opts, kgo.MaxProduceRequestsInflightPerBroker(inflight))
 		}
 		cl, err := kgo.NewClient(opts...)
 		if err != nil {

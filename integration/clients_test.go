@@ -90,9 +90,9 @@ func kgoConsume(t *testing.T, brokers []string, stream string, from int64, n int
 	return got
 }
 
-// TestFranzGo: kgo with acks=all and default idempotence (VDL does not
-// advertise InitProducerId, kgo falls back to plain produces) produces N
-// values on each profile; a partition consumer from offset 0 reads every
+// TestFranzGo: kgo with acks=all and default idempotence (on the modern
+// profile an idempotent producer; kafka-0.10 has no InitProducerId, and kgo
+// falls back to plain produces) produces N values on each profile; a partition consumer from offset 0 reads every
 // value exactly once, in order, at offsets 0..N-1.
 func TestFranzGo(t *testing.T) {
 	for _, profile := range profiles {

@@ -36,11 +36,11 @@ func (w *produceWrites) OnBrokerWrite(_ kgo.BrokerMetadata, key int16, _ int, _,
 // offsets, same values), and checker.Check (porcupine linearizability,
 // same-connection ordering, anomalies) passes.
 //
-// Duplicates. Without idempotence (VDL does not advertise InitProducerId) a
-// client that re-sends a produce whose first attempt committed (response lost
-// with the killed leader) writes the value twice — legitimate at-least-once
-// behaviour, not a server bug. The producers disable re-sends: idempotence
-// off, RecordRetries(0), one request in flight, one record per request, so a
+// Duplicates. Without idempotence a client that re-sends a produce whose
+// first attempt committed (response lost with the killed leader) writes the
+// value twice — legitimate at-least-once behaviour, not a server bug (the
+// idempotent producers of TestIdempotent* re-send freely and are written
+// once). The producers here disable re-sends: idempotence off, RecordRetries(0), one request in flight, one record per request, so a
 // record is written to a socket at most once, and the test checks that (a
 // kgo write hook counts produce requests written; it must not exceed the
 // produce calls). A value twice in the log is then a server bug; there is no
@@ -285,7 +285,7 @@ func killDuringProduce(t *testing.T, profile string, all bool) {
 
 // settledEnd waits until every running node reports the same log end and
 // high watermark for the stream, unchanged over 500 ms, and returns it.
-func settledEnd(t *testing.T, c *Cluster, stream string) int64 {
+func settledEnd(t testing.TB, c *Cluster, stream string) int64 {
 	t.Helper()
 	deadline := time.Now().Add(20 * time.Second)
 	last, since := int64(-1), time.Now()

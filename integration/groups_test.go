@@ -42,7 +42,8 @@ func groupConsume(t *testing.T, c *Cluster, g string, n int) ([]int64, []string)
 
 func groupsStatus(t *testing.T, c *Cluster, id uint64) kafka.CoordinatorStatus {
 	t.Helper()
-	resp, err := http.Get("http://" + c.Node(id).Admin + "/groups")
+	n := c.Node(id)
+	resp, err := n.AdminClient.Get(n.AdminBase + "/groups")
 	require.NoError(t, err)
 	defer resp.Body.Close()
 	require.Equal(t, http.StatusOK, resp.StatusCode)

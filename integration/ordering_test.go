@@ -137,8 +137,34 @@ func TestSaramaPipelinedOrdering(t *testing.T) {
 		cfg.Net.MaxOpenRequests = 8
 		cfg.Producer.Flush.MaxMessages = 1
 		cfg.Producer.Retry.Max = 0
-		ap, err := sarama.NewAsyncProducer(c.KafkaAddrs(), cfg)
-		require.NoError(t, err)
+		// A client whose connection to the leader is up before the run:
+		// with no retries, a connection sarama found broken at the first
+		// request failed every message with "broker not connected" and
+		// nothing sent (CI, twice), which says nothing about ordering.
+		var ap sarama.AsyncProducer
+		for try := 0; ap == nil; try++ {
+			cl, err := sarama.NewClient(c.KafkaAddrs(), cfg)
+			require.NoError(t, err)
+			ready := true
+			for _, s := range group {
+				b, err := cl.Leader(s, 0)
+				if err != nil {
+					ready = false
+					continue
+				}
+				ok, err := b.Connected()
+				ready = ready && ok && err == nil
+			}
+			if !ready {
+				_ = cl.Close()
+				require.Less(t, try, 10, "no client connected to the leader of %v", group)
+				time.Sleep(200 * time.Millisecond)
+				continue
+			}
+			ap, err = sarama.NewAsyncProducerFromClient(cl)
+			require.NoError(t, err)
+			defer cl.Close()
+		}
 		defer ap.Close()
 		rec := checker.NewRecorder(nil)
 		handles := make([]*checker.Handle, m)
@@ -182,7 +208,20 @@ func TestSaramaPipelinedOrdering(t *testing.T) {
 				}
 				last[msg.Topic] = msg.Offset
 			case err := <-ap.Errors():
-				t.Fatalf("produce: %v", err)
+				// sarama abandons the connection on the first failed
+				// partition and fails what follows with "broker not
+				// connected": report every error, the cause among them.
+				all := []string{err.Error()}
+				for drain := time.After(500 * time.Millisecond); ; {
+					select {
+					case e := <-ap.Errors():
+						all = append(all, e.Error())
+						continue
+					case <-drain:
+					}
+					break
+				}
+				t.Fatalf("produce failed after %d acks: %v", n, all)
 			case <-time.After(30 * time.Second):
 				t.Fatalf("timed out after %d acks", n)
 			}

@@ -2,6 +2,7 @@ package integration
 
 import (
 	"context"
+	"os"
 	"os/exec"
 	"strings"
 	"testing"
@@ -65,7 +66,9 @@ func replaceWiped(t *testing.T, state string) {
 	require.Equal(t, all, kgoConsume(t, []string{n1.Kafka, n2.Kafka}, "s1", 0, len(all)))
 
 	// The operator replaces the wiped server: it becomes a voter again.
-	out, err := exec.Command(vdlctl, "--admin", n1.Admin, "member", "replace", "3", "--timeout", "60s").CombinedOutput()
+	cmd := exec.Command(vdlctl, "--admin", n1.Admin, "member", "replace", "3", "--timeout", "60s")
+	cmd.Env = append(os.Environ(), c.VdlctlEnv()...)
+	out, err := cmd.CombinedOutput()
 	require.NoError(t, err, "vdlctl member replace: %s", out)
 	t.Logf("vdlctl member replace 3: %s", out)
 	for _, stream := range []string{"s1", "__consumer_offsets"} {

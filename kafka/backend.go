@@ -3,7 +3,7 @@ package kafka
 import (
 	"errors"
 
-	"github.com/vdl-project/vdl/storage"
+	"github.com/vdl-project/vdl/kafka/batchfmt"
 )
 
 // Broker is one VDL server as Kafka clients see it: its node id and the
@@ -22,12 +22,30 @@ type StreamInfo struct {
 	Replicas []int32 // the replica set
 	ISR      []int32 // replicas that are caught up (the leader's view)
 	Local    bool    // this server is the leader
+	// LeaderEpoch is the stream's leader epoch: its Raft term as this
+	// server knows it (-1 when unknown).
+	LeaderEpoch int32
 }
 
 // Backend is what the Kafka front end needs from the rest of a VDL server.
 // The server package implements it over raftnode.Host and storage logs; the
 // simulator over its own world; kafkatest in memory. Its methods may be
 // called from many connections' loops at once.
+// Records is what a produce appends: whole validated v2 batches, and the
+// offsets they take as validation counted them (the layers below need the
+// count and do not walk the batches again to learn it; raftnode checks it
+// against the offsets storage stamps).
+type Records struct {
+	Batches []byte
+	Offsets int64
+}
+
+// Produced is where a produce landed.
+type Produced struct {
+	Base     int64 // offset of the first record
+	LogStart int64 // the stream's log start offset when it was acknowledged
+}
+
 type Backend interface {
 	Brokers() []Broker // advertised brokers, this one included
 	Controller() int32 // broker id reported as controller (-1: none)
@@ -38,14 +56,16 @@ type Backend interface {
 	Streams() []string // sorted
 
 	// Produce appends whole validated v2 batches (records) to the stream
-	// through Raft. done is called exactly once, with the base offset of
-	// the first record or an error (ErrNotLeader / raftnode.ErrNotLeader,
-	// ErrBackpressure / raftnode.ErrBackpressure, ErrTimeout, ...). done
+	// through Raft. done is called exactly once, with where the records
+	// landed (the base offset of the first record and the log start
+	// offset then: the response carries both, so the front end never calls
+	// back into the backend) or an error (ErrNotLeader, ErrBackpressure,
+	// ErrTimeout, ... : this package's errors, see below). done
 	// may be called from any goroutine, even before Produce returns; the
 	// driver turns it into a Session.ProduceDone event on the
 	// connection's loop. records is not modified by the front end after
 	// the call (the backend may stamp base offsets into it).
-	Produce(stream string, records []byte, done func(base int64, err error))
+	Produce(stream string, records Records, done func(Produced, error))
 
 	// Retain deletes a stream's records below before through Raft (whole
 	// segments, never the active one, never above the commit); done is
@@ -57,6 +77,45 @@ type Backend interface {
 	// Log returns the read view of a stream this server leads. Errors:
 	// ErrUnknownStream, ErrNotLeader, ErrNoLeader.
 	Log(stream string) (LogView, error)
+
+	// DescribeStreamConfig reports a stream's configs: the replicated
+	// overrides (as the stream's leader has them: a follower asks it, so an
+	// alter acknowledged before is seen) over the server's defaults, for
+	// the names of StreamConfigNames. done is called once, from any
+	// goroutine. Errors: ErrUnknownStream, ErrNotLeader (not hosted here),
+	// ErrNoLeader.
+	DescribeStreamConfig(stream string, done func([]ConfigEntry, error))
+	// AlterStreamConfig changes a stream's replicated config through its
+	// Raft group (a follower forwards it to the leader): reset clears every
+	// override first, then changes apply in order. The changes were
+	// validated by the front end. done is called once, after the commit.
+	AlterStreamConfig(stream string, reset bool, changes []ConfigChange, done func(error))
+	// BrokerConfigs reports this server's (read-only) broker configs.
+	BrokerConfigs() []ConfigEntry
+}
+
+// ConfigEntry is one config as DescribeConfigs reports it.
+type ConfigEntry struct {
+	Name   string
+	Value  string
+	Source ConfigSource
+}
+
+// ConfigSource says where a config's value comes from (Kafka's
+// config_source codes).
+type ConfigSource int8
+
+const (
+	ConfigOverride ConfigSource = 1 // DYNAMIC_TOPIC_CONFIG: set by AlterConfigs, replicated
+	ConfigStatic   ConfigSource = 4 // STATIC_BROKER_CONFIG: the server's TOML (read-only)
+	ConfigDefault  ConfigSource = 5 // DEFAULT_CONFIG
+)
+
+// ConfigChange is one change of a stream's replicated config: set Key to
+// Value, or Delete it (back to the server's default).
+type ConfigChange struct {
+	Key, Value string
+	Delete     bool
 }
 
 // LogView is the read side of one stream on its leader.
@@ -70,9 +129,9 @@ type LogView interface {
 	EndOffset() int64
 	// Read returns whole stored batches, the first one containing offset,
 	// none at or past hwm, in total at most maxBytes except that the first
-	// batch is always returned whole. storage.ErrOutOfRange when offset is
+	// batch is always returned whole. ErrOutOfRange when offset is
 	// outside [StartOffset, hwm).
-	Read(offset, hwm int64, maxBytes int) ([]storage.Batch, error)
+	Read(offset, hwm int64, maxBytes int) ([]batchfmt.Batch, error)
 	// OffsetForTime returns the first offset whose record timestamp is
 	// ≥ ts and that timestamp, or (-1, -1) when no committed record has one.
 	OffsetForTime(ts int64) (offset, timestamp int64, err error)
@@ -80,6 +139,16 @@ type LogView interface {
 	// in a round that begins now; reads made after it passes are
 	// linearizable (a cut-off leader cannot serve a stale high watermark).
 	Fence() ReadFence
+	// LeaderEpoch is the stream's leader epoch on this leader: its Raft
+	// term (docs/kafka.md "Leader epochs").
+	LeaderEpoch() int32
+	// EpochEnd answers OffsetForLeaderEpoch: the largest epoch ≤ epoch
+	// that the log holds records of (epoch itself when the log starts
+	// after it) and the offset where the next epoch starts, at most the
+	// high watermark.
+	EpochEnd(epoch int32) (leaderEpoch int32, endOffset int64, err error)
+	// EpochAt is the leader epoch of the record at offset (-1: unknown).
+	EpochAt(offset int64) int32
 	// Changed returns a channel closed at the next change of HighWatermark,
 	// StartOffset or leadership after the call. The session takes it before
 	// reading the values it waits on, so no change is missed.
@@ -92,8 +161,9 @@ type ReadFence interface {
 	Err() error            // after Done: nil if passed
 }
 
-// Errors a Backend returns (wrapped or not); raftnode's own errors are
-// recognised as well (see errorCode).
+// Errors a Backend returns (wrapped or not): its implementation translates
+// the errors of the layers below into these (server.Backend does so for
+// raftnode's and storage's), and errorCode maps them to Kafka codes.
 var (
 	ErrUnknownStream = errors.New("kafka: unknown stream")
 	ErrNotLeader     = errors.New("kafka: not the leader")
@@ -102,4 +172,19 @@ var (
 	ErrTimeout       = errors.New("kafka: timed out waiting for commit")
 	// ErrRetainAboveHWM: retention may delete only committed records.
 	ErrRetainAboveHWM = errors.New("kafka: retention above the high watermark: only committed records can be deleted")
+	// ErrOutOfRange: a read outside [StartOffset, high watermark).
+	ErrOutOfRange = errors.New("kafka: offset out of range")
+	// ErrTooLarge: a produce larger than a replicated entry may be.
+	ErrTooLarge = errors.New("kafka: record set too large for one entry")
+	// ErrDiskFull: the leader's disk is short of space; nothing was written.
+	ErrDiskFull = errors.New("kafka: disk full")
+	// Idempotent produce refusals (nothing was written): a sequence gap,
+	// an epoch older than the producer's, no state for the producer (never
+	// seen, or expired) and a sequence other than 0.
+	ErrOutOfOrderSequence = errors.New("kafka: out of order sequence number")
+	ErrProducerEpoch      = errors.New("kafka: producer epoch older than the producer's")
+	ErrUnknownProducerID  = errors.New("kafka: unknown producer id")
+	// ErrDuplicateSequence: a retry of a batch that was written, whose
+	// offsets the server cannot give any more (clients take it as success).
+	ErrDuplicateSequence = errors.New("kafka: duplicate sequence number")
 )

@@ -113,7 +113,9 @@ func fetchFrame(v int16, n int, partitionMax int32) []byte {
 
 func readResponseFrame(t *testing.T, c net.Conn) []byte {
 	t.Helper()
-	_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
+	// Generous: a 45,000-topic Metadata takes seconds under -race on a
+	// busy 2-core machine; the tests are about sizes, not speed.
+	_ = c.SetReadDeadline(time.Now().Add(60 * time.Second))
 	br := bufio.NewReader(c)
 	var l [4]byte
 	_, err := io.ReadFull(br, l[:])
@@ -130,7 +132,8 @@ func readResponseFrame(t *testing.T, c net.Conn) []byte {
 func TestFetchResponsesAreBounded(t *testing.T) {
 	addr, be := startRaw(t, kafka.Config{FetchMaxBytes: 256 << 10})
 	for i := range 64 { // 64 batches of ~16 KiB: 1 MiB
-		be.Produce("a", makeBatch(t, 0, -1, int64(i), strings.Repeat("x", 16<<10)), func(int64, error) {})
+		b := makeBatch(t, 0, -1, int64(i), strings.Repeat("x", 16<<10))
+		be.Produce("a", kafka.Records{Batches: b, Offsets: 1}, func(kafka.Produced, error) {})
 	}
 	for _, v := range []int16{2, 4, 11} {
 		c, err := net.Dial("tcp", addr)
@@ -239,4 +242,40 @@ func TestRequestBudgetBackpressure(t *testing.T) {
 		return srv.RequestBytesHeld() == 0
 	}, 5*time.Second, 10*time.Millisecond)
 	readResponseFrame(t, conns[1])
+}
+
+// Frames read at the same time never deadlock on the budget: each
+// connection reserves its frame's whole length before reading the body.
+// (Reserving as the bytes arrived, three connections that had each sent
+// part of a 64 KiB produce held 84 KiB of a 96 KiB budget between them and
+// all waited for the rest for ever.)
+func TestRequestBudgetNoDeadlockBetweenPartialFrames(t *testing.T) {
+	addr, be, srv := startRawServer(t, kafka.Config{MaxRequestBytes: 96 << 10})
+	value := strings.Repeat("v", 64<<10)
+	var conns []net.Conn
+	var frames [][]byte
+	for i := range 3 {
+		c, err := net.Dial("tcp", addr)
+		require.NoError(t, err)
+		defer c.Close()
+		f := encodeRequest(produceReq(8, -1, "a", makeBatch(t, 0, -1, int64(i), value)), 1)
+		frames = append(frames, binary.BigEndian.AppendUint32(nil, uint32(len(f))))
+		frames[i] = append(frames[i], f...)
+		conns = append(conns, c)
+	}
+	// Every connection sends the first 30 KiB, then the rest.
+	for i, c := range conns {
+		_, err := c.Write(frames[i][:30<<10])
+		require.NoError(t, err)
+	}
+	time.Sleep(200 * time.Millisecond)
+	for i, c := range conns {
+		go func() { _, _ = c.Write(frames[i][30<<10:]) }()
+	}
+	for _, c := range conns {
+		_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
+		readResponseFrame(t, c)
+	}
+	require.Eventually(t, func() bool { return srv.RequestBytesHeld() == 0 }, 5*time.Second, 10*time.Millisecond)
+	require.Equal(t, int64(3), be.StreamByName("a").EndOffset(), "all three produces landed")
 }

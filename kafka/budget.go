@@ -7,8 +7,11 @@ import (
 
 // budget bounds the bytes of requests a server holds at once, across all
 // its connections: frames being read and requests read but not answered.
-// A connection that needs more waits — its socket is not read — until
-// others' requests are answered: backpressure, never dropped work. One
+// A connection reserves a frame's whole announced length before reading
+// its body (partial reservations of frames read in parallel could each
+// hold part of the budget and wait for one another for ever); one that
+// cannot waits — its socket is not read — until others' requests are
+// answered: backpressure, never dropped work. One
 // frame larger than the whole budget is still let in when nothing else is
 // held (it is bounded by MaxFrameBytes), so no request can wait for ever.
 type budget struct {

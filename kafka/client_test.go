@@ -32,6 +32,7 @@ func startServer(t *testing.T, profile string) (string, *kafkatest.Backend) {
 	addr := l.Addr().(*net.TCPAddr)
 	be := kafkatest.New(kafka.Broker{NodeID: 1, Host: "127.0.0.1", Port: int32(addr.Port)})
 	be.AddStream(topic)
+	be.AddStream(kafka.DefaultOffsetsTopic) // producer id blocks (InitProducerId)
 	be.SetCommitDelay(2 * time.Millisecond)
 	lvl := slog.LevelWarn
 	if testing.Verbose() {
@@ -69,8 +70,9 @@ func TestClientFranzGo(t *testing.T) {
 	for _, profile := range []string{kafka.ProfileModern, kafka.ProfileKafka0102} {
 		t.Run(profile, func(t *testing.T) {
 			addr, _ := startServer(t, profile)
-			// Idempotence stays at kgo's default (on): InitProducerId is not
-			// advertised, so kgo falls back to plain produces.
+			// Idempotence stays at kgo's default (on): the modern profile
+			// advertises InitProducerId; on kafka-0.10 kgo falls back to
+			// plain produces.
 			opts := []kgo.Opt{kgo.SeedBrokers(addr), kgo.DefaultProduceTopic(topic),
 				kgo.RequiredAcks(kgo.AllISRAcks()),
 				kgo.ProducerLinger(time.Millisecond)}

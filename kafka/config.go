@@ -5,7 +5,6 @@ import (
 	"time"
 
 	"github.com/vdl-project/vdl/kafka/group"
-	"github.com/vdl-project/vdl/raftnode"
 )
 
 // Config configures the Kafka front end. Zero fields take the defaults.
@@ -19,12 +18,12 @@ type Config struct {
 	// the connection before anything is allocated for it.
 	MaxFrameBytes int
 	// MaxMessageBytes bounds one record batch (one legacy message) in a
-	// produce: larger → MESSAGE_TOO_LARGE. Default 1048588 (Kafka's).
+	// produce: larger → MESSAGE_TOO_LARGE. Default DefaultMaxMessageBytes.
+	// A stream's max.message.bytes (its replicated config) may lower it.
 	MaxMessageBytes int
 	// MaxRecordSetBytes bounds one partition's record set in one produce,
 	// which becomes one Raft entry: larger → MESSAGE_TOO_LARGE. Default
-	// raftnode.DefaultMaxEntryBytes - 1 (a server sets it from its
-	// max_entry_bytes).
+	// DefaultMaxRecordSetBytes (a server sets it from its max_entry_bytes).
 	MaxRecordSetBytes int
 	// MaxConnections bounds open client connections, MaxConnectionsPerIP
 	// those from one address (Kafka's max.connections.per.ip); more are
@@ -61,6 +60,17 @@ type Config struct {
 	// requests already read. Default 5s.
 	ShutdownGrace time.Duration
 
+	// Observer, if set, is told every request's timing and the
+	// connections opened and closed (metrics).
+	Observer Observer
+
+	// SASL, if set, makes clients authenticate first (sasl_auth.go); the
+	// listener then offers SaslHandshake and SaslAuthenticate.
+	SASL Authenticator
+	// Brokers, if set, is what this listener advertises instead of the
+	// Backend's brokers (a TLS listener advertises the TLS addresses).
+	Brokers func() []Broker
+
 	// OffsetsTopic is the internal stream holding committed offsets; its
 	// leader coordinates every group. Default "__consumer_offsets".
 	OffsetsTopic string
@@ -71,17 +81,30 @@ type Config struct {
 	// GroupMinSessionTimeout and GroupMaxSessionTimeout bound members'
 	// session timeouts. Defaults 6s and 30min (Kafka 2.4).
 	GroupMinSessionTimeout, GroupMaxSessionTimeout time.Duration
+
+	// ForwardProducerIDs, if set, asks the offsets stream's leader (a
+	// broker id) for a block of producer ids (its
+	// ProducerIDs.AllocateBlock) when this server does not lead the
+	// stream; done gets the block's first id. Without it, InitProducerId
+	// on another server than that leader is answered
+	// COORDINATOR_NOT_AVAILABLE.
+	ForwardProducerIDs func(leader int32, done func(first int64, err error))
 }
 
 func (c Config) groupsConfig() GroupsConfig {
 	return GroupsConfig{OffsetsTopic: c.OffsetsTopic, Group: group.Config{
 		MinSessionTimeout: int64(c.GroupMinSessionTimeout),
 		MaxSessionTimeout: int64(c.GroupMaxSessionTimeout),
-	}}
+	}, ForwardProducerIDs: c.ForwardProducerIDs}
 }
 
 // DefaultMaxFrameBytes is the default MaxFrameBytes.
 const DefaultMaxFrameBytes = 100 << 20
+
+// DefaultMaxRecordSetBytes is the default MaxRecordSetBytes: one byte under
+// raftnode.DefaultMaxEntryBytes (8 MiB), the largest default Raft entry
+// (server tests check that the two agree).
+const DefaultMaxRecordSetBytes = 8<<20 - 1
 
 func (c Config) withDefaults() (Config, *Profile, error) {
 	p, err := ProfileByName(c.Profile)
@@ -95,8 +118,8 @@ func (c Config) withDefaults() (Config, *Profile, error) {
 		}
 	}
 	def(&c.MaxFrameBytes, DefaultMaxFrameBytes)
-	def(&c.MaxMessageBytes, 1048588)
-	def(&c.MaxRecordSetBytes, raftnode.DefaultMaxEntryBytes-1)
+	def(&c.MaxMessageBytes, DefaultMaxMessageBytes)
+	def(&c.MaxRecordSetBytes, DefaultMaxRecordSetBytes)
 	c.MaxMessageBytes = min(c.MaxMessageBytes, c.MaxRecordSetBytes)
 	def(&c.MaxConnections, 10000)
 	def(&c.MaxConnectionsPerIP, 1000)
@@ -131,3 +154,6 @@ func (c Config) withDefaults() (Config, *Profile, error) {
 	}
 	return c, p, nil
 }
+
+// DefaultMaxMessageBytes is Kafka's default message.max.bytes.
+const DefaultMaxMessageBytes = 1048588

@@ -1,5 +1,7 @@
 package kafka
 
+import "github.com/twmb/franz-go/pkg/kerr"
+
 // Linearizable reads: before a Fetch or ListOffsets reads a stream this
 // server leads, the leader confirms its leadership in a round that starts
 // after the request arrived (LogView.Fence), so a leader that was cut off
@@ -50,7 +52,7 @@ func (f readFences) pending() []<-chan struct{} {
 // fenceCode is the error code of a read behind fence: none once it passed.
 func fenceCode(fence ReadFence) int16 {
 	if fence == nil { // became leader after the request arrived: not confirmed
-		return errNotLeaderForPartition
+		return kerr.NotLeaderForPartition.Code
 	}
 	select {
 	case <-fence.Done():
@@ -59,6 +61,25 @@ func fenceCode(fence ReadFence) int16 {
 		}
 		return errNone
 	default: // timed out waiting for a quorum
-		return errNotLeaderForPartition
+		return kerr.NotLeaderForPartition.Code
 	}
+}
+
+// epochCode checks a request's current_leader_epoch against the stream's
+// leader epoch (KIP-320), as Kafka does: -1 (or any negative) skips the
+// check; an older epoch is a client that missed a leader change
+// (FENCED_LEADER_EPOCH), a newer one a client that heard of a leader this
+// server does not know yet (UNKNOWN_LEADER_EPOCH). Both are retriable:
+// the client refreshes its metadata.
+func epochCode(view LogView, current int32) int16 {
+	if current < 0 {
+		return errNone
+	}
+	switch le := view.LeaderEpoch(); {
+	case current < le:
+		return kerr.FencedLeaderEpoch.Code
+	case current > le:
+		return kerr.UnknownLeaderEpoch.Code
+	}
+	return errNone
 }

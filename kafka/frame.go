@@ -26,17 +26,23 @@ const minFrame = 2 + 2 + 4 + 2
 // length up front: a client announcing 100 MiB and sending nothing costs
 // nothing). A clean EOF before the length returns io.EOF.
 func ReadFrame(r io.Reader, maxBytes int) ([]byte, error) {
-	return readFrame(r, maxBytes, nil, nil)
+	return readFrame(r, func() int { return maxBytes }, nil, nil)
 }
 
 // frameChunk is a frame buffer's first size; it then doubles as the bytes
 // arrive (so a frame costs at most twice what was sent, and a few copies).
 const frameChunk = 4 << 10
 
-// readFrame is ReadFrame; started (if set) is called once the length is
-// read, and reserve (if set) before the buffer grows by n bytes: it may
-// block (a server-wide budget) or refuse (an error ends the read).
-func readFrame(r io.Reader, maxBytes int, started func(), reserve func(n int) error) ([]byte, error) {
+// readFrame is ReadFrame with the limit asked for once the length has
+// arrived (it is smaller until a SASL client authenticated: a request it
+// sends after the answer is checked against the larger one). reserve (if
+// set) is called once with the announced length before any of the body is
+// read: it may block (the server-wide budget) or refuse (an error ends the
+// read). The whole frame is reserved at once, so frames read in parallel
+// can never each hold part of the budget and wait for one another; the
+// memory itself still grows only as bytes arrive. started (if set) is
+// called after that, when the body's bytes are awaited.
+func readFrame(r io.Reader, limit func() int, started func(), reserve func(n int) error) ([]byte, error) {
 	var l [4]byte
 	if _, err := io.ReadFull(r, l[:]); err != nil {
 		return nil, err
@@ -45,8 +51,13 @@ func readFrame(r io.Reader, maxBytes int, started func(), reserve func(n int) er
 	if n < minFrame {
 		return nil, fmt.Errorf("%w: length %d", ErrBadFrame, n)
 	}
-	if int64(n) > int64(maxBytes) {
+	if maxBytes := limit(); int64(n) > int64(maxBytes) {
 		return nil, fmt.Errorf("%w: %d bytes, limit %d", ErrFrameTooLarge, n, maxBytes)
+	}
+	if reserve != nil {
+		if err := reserve(int(n)); err != nil {
+			return nil, err
+		}
 	}
 	if started != nil {
 		started()
@@ -55,11 +66,6 @@ func readFrame(r io.Reader, maxBytes int, started func(), reserve func(n int) er
 	for len(frame) < int(n) {
 		if len(frame) == cap(frame) {
 			grow := min(max(cap(frame), frameChunk), int(n)-cap(frame))
-			if reserve != nil {
-				if err := reserve(grow); err != nil {
-					return nil, err
-				}
-			}
 			grown := make([]byte, len(frame), cap(frame)+grow)
 			copy(grown, frame)
 			frame = grown

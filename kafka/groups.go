@@ -5,6 +5,9 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/twmb/franz-go/pkg/kerr"
+
+	"github.com/vdl-project/vdl/kafka/batchfmt"
 	"github.com/vdl-project/vdl/kafka/group"
 )
 
@@ -49,6 +52,8 @@ type Groups struct {
 
 	compactAfter int64
 	compact      compaction
+
+	pids *ProducerIDs // InitProducerId's ids, allocated in the offsets stream
 }
 
 // compaction is the offsets log's compaction in flight: a checkpoint being
@@ -78,6 +83,9 @@ type GroupsConfig struct {
 	// Wall maps the driver's now to Unix milliseconds (commit timestamps);
 	// default now/1e6.
 	Wall func(now int64) int64
+	// ForwardProducerIDs asks the offsets stream's leader for a block of
+	// producer ids (Config.ForwardProducerIDs).
+	ForwardProducerIDs func(leader int32, done func(first int64, err error))
 }
 
 // NewGroups returns a coordinator over be.
@@ -91,8 +99,12 @@ func NewGroups(cfg GroupsConfig, be Backend) *Groups {
 	if cfg.CompactAfter == 0 {
 		cfg.CompactAfter = 100000
 	}
-	return &Groups{be: be, topic: cfg.OffsetsTopic, wall: cfg.Wall, c: group.New(cfg.Group), compactAfter: cfg.CompactAfter}
+	return &Groups{be: be, topic: cfg.OffsetsTopic, wall: cfg.Wall, c: group.New(cfg.Group), compactAfter: cfg.CompactAfter,
+		pids: newProducerIDs(be, cfg.OffsetsTopic, cfg.ForwardProducerIDs)}
 }
+
+// ProducerIDs returns the server's producer id allocator.
+func (g *Groups) ProducerIDs() *ProducerIDs { return g.pids }
 
 // OffsetsTopic returns the internal stream's name.
 func (g *Groups) OffsetsTopic() string { return g.topic }
@@ -109,11 +121,11 @@ func (g *Groups) access(now int64) int16 {
 		g.confirm = nil
 		switch {
 		case errors.Is(err, ErrUnknownStream):
-			return group.ErrCoordinatorNotAvailable
+			return kerr.CoordinatorNotAvailable.Code
 		case errors.Is(err, ErrNoLeader):
-			return group.ErrCoordinatorLoadInProgress
+			return kerr.CoordinatorLoadInProgress.Code
 		}
-		return group.ErrNotCoordinator
+		return kerr.NotCoordinator.Code
 	}
 	if !g.leading {
 		g.leading = true
@@ -124,11 +136,11 @@ func (g *Groups) access(now int64) int16 {
 		case <-g.confirm.Done():
 			if g.confirm.Err() != nil {
 				g.confirm = view.Fence() // not confirmed: try again
-				return group.ErrCoordinatorLoadInProgress
+				return kerr.CoordinatorLoadInProgress.Code
 			}
 			g.confirm = nil
 		default:
-			return group.ErrCoordinatorLoadInProgress
+			return kerr.CoordinatorLoadInProgress.Code
 		}
 	}
 	code := g.catchUp(view)
@@ -146,7 +158,7 @@ func (g *Groups) catchUp(view LogView) int16 {
 	for g.applied < hwm {
 		bs, err := view.Read(g.applied, hwm, 1<<20)
 		if err != nil || len(bs) == 0 {
-			return group.ErrCoordinatorLoadInProgress
+			return kerr.CoordinatorLoadInProgress.Code
 		}
 		for _, b := range bs {
 			bad, _ := group.DecodeBatches(b.Data, func(pos, logOffset int64, k group.OffsetKey, o *group.Offset) {
@@ -196,7 +208,7 @@ func (g *Groups) compactStep(view LogView, now int64) {
 		c.pending.Store(int32(len(batches)))
 		c.state.Store(compactWriting)
 		for _, b := range batches {
-			g.be.Produce(g.topic, b, func(_ int64, err error) {
+			g.be.Produce(g.topic, Records{Batches: b, Offsets: batchfmt.Offsets(b)}, func(_ Produced, err error) {
 				if err != nil {
 					c.failed.Store(true)
 				}

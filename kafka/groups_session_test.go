@@ -308,7 +308,7 @@ func TestGroupShapesEveryVersion(t *testing.T) {
 			return r
 		},
 	}
-	maxes := map[int16]int16{11: 4, 14: 2, 8: 6, 9: 6, 15: 3, 16: 3, 10: 3, 12: 2, 13: 2}
+	maxes := map[int16]int16{11: 6, 14: 4, 8: 8, 9: 6, 15: 5, 16: 3, 10: 3, 12: 4, 13: 4}
 	for _, mk := range reqs {
 		key := mk(0).Key()
 		for v := int16(0); v <= maxes[key]; v++ {

@@ -129,7 +129,14 @@ type gotResp struct {
 func (h *harness) take() []gotResp {
 	h.deliver()
 	h.out = h.s.Take()
-	return decodeResponses(h.t, h.out.Data, h.sent)
+	data := h.out.Data
+	for _, p := range h.out.Vec { // a vectored session
+		data = append(data, p...)
+	}
+	for _, r := range h.out.Release {
+		r.Release()
+	}
+	return decodeResponses(h.t, data, h.sent)
 }
 
 func decodeResponses(t testing.TB, data []byte, sent map[int32]kmsg.Request) []gotResp {
@@ -217,3 +224,11 @@ func vals(n int, prefix string) []string {
 }
 
 func crc32IEEE(b []byte) uint32 { return crc32.ChecksumIEEE(b) }
+
+func newHarnessOn(t *testing.T, be *kafkatest.Backend) *harness {
+	h := &harness{t: t, be: be, sent: map[int32]kmsg.Request{}}
+	s, err := kafka.NewSession(kafka.Config{}, be, func(c kafka.Completion) { h.compl = append(h.compl, c) })
+	require.NoError(t, err)
+	h.s = s
+	return h
+}

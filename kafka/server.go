@@ -95,9 +95,32 @@ func (s *Server) tickGroups() {
 // ErrServerClosed is returned by Serve after Close.
 var ErrServerClosed = errors.New("kafka: server closed")
 
+// Listener is what one listener of a server has of its own.
+type Listener struct {
+	// Name labels its connections in metrics (Config.Observer); default
+	// "kafka".
+	Name string
+	// SASL, if set, makes its clients authenticate first (Config.SASL).
+	SASL Authenticator
+	// Brokers, if set, is what it advertises (Config.Brokers).
+	Brokers func() []Broker
+}
+
 // Serve accepts connections on l until Close (then it returns
-// ErrServerClosed) or an accept error.
+// ErrServerClosed) or an accept error; its clients authenticate if
+// Config.SASL is set.
 func (s *Server) Serve(l net.Listener) error {
+	return s.ServeWith(l, Listener{SASL: s.cfg.SASL, Brokers: s.cfg.Brokers})
+}
+
+// ServeWith is Serve with the listener's own SASL and advertised brokers
+// (a TLS listener, say: l is then a tls.Listener).
+func (s *Server) ServeWith(l net.Listener, lo Listener) error {
+	cfg := s.cfg
+	cfg.SASL, cfg.Brokers = lo.SASL, lo.Brokers
+	if lo.Name == "" {
+		lo.Name = "kafka"
+	}
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()
@@ -110,7 +133,7 @@ func (s *Server) Serve(l net.Listener) error {
 		delete(s.listeners, l)
 		s.mu.Unlock()
 	}()
-	s.log.Info("kafka listener started", "addr", l.Addr().String(), "profile", s.cfg.Profile)
+	s.log.Info("kafka listener started", "addr", l.Addr().String(), "profile", s.cfg.Profile, "sasl", lo.SASL != nil)
 	var backoff time.Duration
 	for {
 		nc, err := l.Accept()
@@ -150,7 +173,10 @@ func (s *Server) Serve(l net.Listener) error {
 			continue
 		}
 		c := s.newConn(nc)
-		c.ip = ip
+		c.ip, c.cfg, c.listener = ip, cfg, lo.Name
+		if s.cfg.Observer != nil {
+			s.cfg.Observer.Connections(lo.Name, 1)
+		}
 		s.nconns.Add(1)
 		s.perIP[ip]++
 		s.conns[c] = struct{}{}
@@ -206,25 +232,31 @@ func remoteIP(nc net.Conn) string {
 }
 
 type conn struct {
-	s      *Server
-	nc     net.Conn
-	ip     string
-	log    *slog.Logger
-	frames chan []byte
-	rerr   chan error // the reader's final error
-	done   chan struct{}
+	s        *Server
+	cfg      Config // the server's, with its listener's SASL and brokers
+	nc       net.Conn
+	ip       string
+	listener string // Listener.Name
+	log      *slog.Logger
+	frames   chan frame
+	rerr     chan error // the reader's final error
+	done     chan struct{}
+	// authed: the client authenticated (SASL listeners; set by the loop
+	// before it writes the answer, read by the reader for the next frame).
+	authed atomic.Bool
 
 	mu    sync.Mutex
 	compl []Completion
 	csig  chan struct{}
 	wake  chan struct{}
+	bw    *bufio.Writer // writeOut's, for connections without writev
 }
 
 func (s *Server) newConn(nc net.Conn) *conn {
 	return &conn{
 		s: s, nc: nc,
 		log:    s.log.With("remote", nc.RemoteAddr().String()),
-		frames: make(chan []byte),
+		frames: make(chan frame),
 		rerr:   make(chan error, 1),
 		done:   make(chan struct{}),
 		csig:   make(chan struct{}, 1),
@@ -237,7 +269,8 @@ func (s *Server) newConn(nc net.Conn) *conn {
 // connection that sends no request for IdleTimeout, or takes longer than
 // RequestReadTimeout to send the rest of one, is closed; a frame's bytes
 // are taken from the server's budget as they arrive (the loop gives them
-// back as requests are answered).
+// back as requests are answered). A frame's announced length is reserved
+// whole before its body is read (see readFrame).
 func (c *conn) read() {
 	defer c.s.wg.Done()
 	br := bufio.NewReaderSize(c.nc, 4<<10)
@@ -245,7 +278,7 @@ func (c *conn) read() {
 	for {
 		_ = c.nc.SetReadDeadline(time.Now().Add(cfg.IdleTimeout))
 		var reserved int64
-		f, err := readFrame(br, cfg.MaxFrameBytes,
+		f, err := readFrame(br, c.maxFrame,
 			func() { _ = c.nc.SetReadDeadline(time.Now().Add(cfg.RequestReadTimeout)) },
 			func(n int) error {
 				if err := c.s.budget.acquire(int64(n), c.done); err != nil {
@@ -259,14 +292,30 @@ func (c *conn) read() {
 			c.rerr <- err
 			return
 		}
-		c.s.budget.release(reserved - int64(len(f))) // what the buffer grew by beyond the frame
 		select {
-		case c.frames <- f:
+		case c.frames <- frame{data: f, readAt: c.s.now()}:
 		case <-c.done:
 			c.s.budget.release(int64(len(f)))
 			return
 		}
 	}
+}
+
+// frame is a request frame and when it was read whole (its queue stage
+// starts there).
+type frame struct {
+	data   []byte
+	readAt int64
+}
+
+// maxFrame is the largest request frame the client may send now: Kafka's
+// limit before SASL authentication (sasl.server.max.receive.size), the
+// configured one after.
+func (c *conn) maxFrame() int {
+	if c.cfg.SASL != nil && !c.authed.Load() {
+		return min(MaxPreAuthFrameBytes, c.cfg.MaxFrameBytes)
+	}
+	return c.cfg.MaxFrameBytes
 }
 
 // notify is the session's completion hook: any goroutine, never blocks.
@@ -294,12 +343,16 @@ func (c *conn) loop() {
 		}
 		c.s.mu.Unlock()
 		c.s.nconns.Add(-1)
+		if c.s.cfg.Observer != nil {
+			c.s.cfg.Observer.Connections(c.listener, -1)
+		}
 	}()
-	sess, err := NewSessionWithGroups(c.s.cfg, c.s.be, c.s.groups, c.notify)
+	sess, err := NewSessionWithGroups(c.cfg, c.s.be, c.s.groups, c.notify)
 	if err != nil {
 		c.log.Error("cannot start kafka session", "err", err)
 		return
 	}
+	sess.SetVectored(true)
 	if host, _, err := net.SplitHostPort(c.nc.RemoteAddr().String()); err == nil {
 		sess.SetClientHost("/" + host)
 	}
@@ -311,17 +364,22 @@ func (c *conn) loop() {
 	draining := false
 	for {
 		out := sess.Take()
+		if !c.authed.Load() && sess.User() != "" {
+			c.authed.Store(true)
+		}
 		if cur := sess.InFlightBytes(); cur < held {
 			c.s.budget.release(int64(held - cur))
 			held = cur
 		}
-		if len(out.Data) > 0 {
+		taken := c.s.now()
+		if len(out.Data) > 0 || len(out.Vec) > 0 {
 			_ = c.nc.SetWriteDeadline(time.Now().Add(c.s.cfg.WriteTimeout))
-			if _, err := c.nc.Write(out.Data); err != nil {
+			if err := c.writeOut(out); err != nil {
 				c.log.Info("kafka connection closed: write failed", "err", err)
 				return
 			}
 		}
+		c.reportTimings(out.Timings, taken)
 		if out.Close {
 			c.log.Warn("kafka connection closed by server", "reason", out.Reason)
 			c.linger()
@@ -354,7 +412,7 @@ func (c *conn) loop() {
 		}
 		select {
 		case f := <-frames:
-			held += len(f)
+			held += len(f.data)
 			failpoint.Inject("beforeRequest", func(val failpoint.Value) {
 				failpoints.Hit("kafka/beforeRequest")
 				if failpoints.Bool(val) {
@@ -362,7 +420,10 @@ func (c *conn) loop() {
 					failpoint.Return()
 				}
 			})
-			sess.Receive(c.s.now(), f)
+			sess.ReceiveRead(c.s.now(), f.readAt, f.data)
+			if c.s.cfg.Observer != nil {
+				sess.Handled(c.s.now())
+			}
 		case <-c.csig:
 			c.mu.Lock()
 			cs := c.compl
@@ -427,12 +488,25 @@ func (c *conn) linger() {
 	for {
 		select {
 		case f := <-c.frames:
-			c.s.budget.release(int64(len(f)))
+			c.s.budget.release(int64(len(f.data)))
 		case <-c.rerr:
 			return
 		case <-end:
 			return
 		}
+	}
+}
+
+// reportTimings tells the observer about the requests whose responses
+// were taken at taken and have just been written.
+func (c *conn) reportTimings(ts []RequestTiming, taken int64) {
+	if len(ts) == 0 {
+		return
+	}
+	sent := c.s.now()
+	for i := range ts {
+		ts[i].Taken, ts[i].Sent = max(taken, ts[i].Completed), sent
+		c.s.cfg.Observer.RequestDone(&ts[i])
 	}
 }
 

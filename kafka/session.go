@@ -3,6 +3,7 @@ package kafka
 import (
 	"fmt"
 
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/vdl-project/vdl/internal/canary"
@@ -15,15 +16,24 @@ type ProduceToken uint64
 // session that made it with ProduceDone.
 type Completion struct {
 	Token ProduceToken
-	Base  int64
-	Err   error
+	Produced
+	Configs []ConfigEntry // Backend.DescribeStreamConfig
+	Err     error
 }
 
 // Output is what a session asks its driver to do, taken with Take.
 type Output struct {
 	// Data holds whole response frames, in request order, to be written
-	// to the connection (one write). Nil when there is nothing.
+	// to the connection (one write). Nil when there is nothing, and in a
+	// vectored session (SetVectored), whose output is in Vec.
 	Data []byte
+	// Vec (vectored sessions only) holds the response frames as pieces,
+	// some of them stored record bytes not copied: write them in order
+	// (one writev), then call Release.
+	Vec [][]byte
+	// Release lists the pooled memory Vec aliases: call Release on each
+	// once Vec is written (or dropped).
+	Release []Releaser
 	// Close: close the connection after writing Data. Reason says why.
 	Close  bool
 	Reason string
@@ -38,6 +48,10 @@ type Output struct {
 	Paused bool
 	// Idle: no request is pending (the driver may close gracefully).
 	Idle bool
+	// Timings of the requests released since the last Take (only with
+	// Config.Observer): the driver fills in Taken and Sent. Valid until
+	// the session's next call.
+	Timings []RequestTiming
 }
 
 // Session is the deterministic state machine of one client connection: it
@@ -65,7 +79,11 @@ type Session struct {
 
 	slots     []*slot
 	out       []byte
-	inflight  int // request bytes of unreleased slots
+	vectored  bool       // SetVectored: output in vec, not copied into out
+	vec       [][]byte   // vectored output
+	vecBytes  int        // bytes in vec
+	rels      []Releaser // what vec aliases
+	inflight  int        // request bytes of unreleased slots
 	stopped   bool
 	closeNow  bool
 	reason    string
@@ -75,17 +93,26 @@ type Session struct {
 	groups     *Groups
 	clientID   string // of the request being handled
 	clientHost string
+	sasl       saslState // Config.SASL: the client's authentication
 
 	// canary.ReorderResponses: responses released so far, and one held
 	// back to go out after the next.
 	released int
 	heldResp []byte
+
+	// Request timings (Config.Observer): the now of the call being
+	// handled, the request the last Receive took (for Handled), the
+	// requests released since the last Take, and Take's buffer.
+	now           int64
+	lastReceived  *slot
+	releasedTimed []*slot
+	timings       []RequestTiming
 }
 
 // completer is an outstanding Backend.Produce of a request (a produce
 // partition or an offset commit).
 type completer interface {
-	complete(s *Session, base int64, err error, now int64)
+	complete(s *Session, c Completion, now int64)
 }
 
 // abandoner is an operation with outstanding backend calls to forget when
@@ -99,10 +126,14 @@ type slot struct {
 	key, version int16
 	corr         int32
 	size         int
-	done         bool   // the response (or its absence) is decided
-	resp         []byte // encoded response frame; nil for none
-	closeAfter   string // close the connection once this slot is released
+	done         bool       // the response (or its absence) is decided
+	resp         []byte     // encoded response frame; nil for none
+	vec          [][]byte   // or the frame as pieces (a spliced fetch)
+	rels         []Releaser // pooled memory vec aliases
+	closeAfter   string     // close the connection once this slot is released
 	op           operation
+	timed        bool // a request (not a protocol error's close): its timing is reported
+	timing       RequestTiming
 }
 
 // operation is a request that cannot be answered at once.
@@ -116,26 +147,6 @@ type operation interface {
 // handler runs one decoded request. It either finishes sl at once or sets
 // sl.op.
 type handler func(s *Session, sl *slot, req kmsg.Request, now int64)
-
-// handlers serves every key of every profile; the profile decides which
-// versions are reachable. The group coordinator adds its keys here.
-var handlers = map[int16]handler{
-	keyApiVersions: handleApiVersions,
-	keyMetadata:    handleMetadata,
-	keyProduce:     handleProduce,
-	keyFetch:       handleFetch,
-	keyListOffsets: handleListOffsets,
-
-	keyFindCoordinator: handleFindCoordinator,
-	keyJoinGroup:       handleJoinGroup,
-	keySyncGroup:       handleSyncGroup,
-	keyHeartbeat:       handleHeartbeat,
-	keyLeaveGroup:      handleLeaveGroup,
-	keyOffsetCommit:    handleOffsetCommit,
-	keyOffsetFetch:     handleOffsetFetch,
-	keyDescribeGroups:  handleDescribeGroups,
-	keyListGroups:      handleListGroups,
-}
 
 // NewSession returns a session for one connection. notify receives produce
 // completions from any goroutine; it must hand them to the session's loop
@@ -157,24 +168,43 @@ func NewSessionWithGroups(cfg Config, be Backend, g *Groups, notify func(Complet
 	if g == nil {
 		g = NewGroups(cfg.groupsConfig(), be)
 	}
+	if cfg.SASL != nil {
+		prof = prof.withSASL()
+	}
 	return &Session{cfg: cfg, prof: prof, be: be, notify: notify, produces: map[ProduceToken]completer{}, groups: g}, nil
 }
+
+// SetVectored makes Take return the output as pieces in Output.Vec, a
+// fetch's stored record bytes among them uncopied, with the memory to
+// release after writing them (Output.Release). Without it, pieces are
+// copied into Output.Data and released at once.
+func (s *Session) SetVectored(on bool) { s.vectored = on }
 
 // SetClientHost sets the client address reported for group members.
 func (s *Session) SetClientHost(host string) { s.clientHost = host }
 
 // Receive handles one request frame (without its length prefix).
-func (s *Session) Receive(now int64, frame []byte) {
+func (s *Session) Receive(now int64, frame []byte) { s.ReceiveRead(now, now, frame) }
+
+// ReceiveRead is Receive of a frame the driver finished reading at readAt
+// (the request's queue stage starts there).
+func (s *Session) ReceiveRead(now, readAt int64, frame []byte) {
 	if s.stopped {
 		return // after a failure or a protocol error nothing more is read
 	}
-	s.receive(now, frame)
+	s.now = now
+	s.lastReceived = nil
+	s.receive(now, readAt, frame)
 	s.release()
 }
 
-func (s *Session) receive(now int64, frame []byte) {
+func (s *Session) receive(now, readAt int64, frame []byte) {
 	if len(frame) > s.cfg.MaxFrameBytes {
 		s.protocolError(fmt.Sprintf("request frame of %d bytes exceeds %d", len(frame), s.cfg.MaxFrameBytes))
+		return
+	}
+	if s.authRequired() && s.sasl.raw {
+		s.receiveToken(frame)
 		return
 	}
 	h, body, err := ParseRequestHeader(frame)
@@ -182,7 +212,13 @@ func (s *Session) receive(now int64, frame []byte) {
 		s.protocolError(fmt.Sprintf("bad request header (key %d v%d): %v", h.Key, h.Version, err))
 		return
 	}
-	sl := &slot{key: h.Key, version: h.Version, corr: h.CorrelationID, size: len(frame)}
+	if s.authRequired() && h.Key != keyApiVersions && h.Key != keySASLHandshake && h.Key != keySASLAuthenticate {
+		s.protocolError(fmt.Sprintf("%s before SASL authentication: this listener needs SASL (SaslHandshake, SaslAuthenticate)", kmsg.NameForKey(h.Key)))
+		return
+	}
+	sl := &slot{key: h.Key, version: h.Version, corr: h.CorrelationID, size: len(frame), timed: true,
+		timing: RequestTiming{Key: h.Key, Read: readAt, Dequeued: now}}
+	s.lastReceived = sl
 	if !s.prof.Supports(h.Key, h.Version) {
 		if h.Key == keyApiVersions && h.Version >= 0 {
 			// A newer ApiVersions than ours: answer in a v0 body with
@@ -191,7 +227,7 @@ func (s *Session) receive(now int64, frame []byte) {
 			sl.version = 0 // the answer is a v0 body
 			s.push(sl)
 			resp := s.apiVersionsResponse(0)
-			resp.ErrorCode = errUnsupportedVersion
+			resp.ErrorCode = kerr.UnsupportedVersion.Code
 			s.finish(sl, resp)
 			return
 		}
@@ -213,7 +249,7 @@ func (s *Session) receive(now int64, frame []byte) {
 	if h.ClientID != nil {
 		s.clientID = *h.ClientID
 	}
-	handlers[h.Key](s, sl, req, now)
+	apiByKey[h.Key].handle(s, sl, req, now)
 }
 
 func (s *Session) push(sl *slot) {
@@ -234,12 +270,14 @@ func (s *Session) finish(sl *slot, resp kmsg.Response) {
 	sl.resp = appendResponse(nil, sl.key, sl.corr, resp)
 	sl.done = true
 	sl.op = nil
+	sl.timing.Completed = s.now
 }
 
 // finishSilently decides sl without a response (acks=0).
 func (s *Session) finishSilently(sl *slot) {
 	sl.done = true
 	sl.op = nil
+	sl.timing.Completed = s.now
 }
 
 // fail marks sl as a failed produce: nothing after it is read or answered,
@@ -260,7 +298,7 @@ func (s *Session) emit(resp []byte, more bool) {
 		s.released++
 		switch {
 		case s.heldResp != nil:
-			s.out = append(s.out, resp...)
+			s.put(resp)
 			resp, s.heldResp = s.heldResp, nil
 		case s.released == 2 && more:
 			s.heldResp = resp
@@ -269,7 +307,36 @@ func (s *Session) emit(resp []byte, more bool) {
 			s.released-- // try again with the next response
 		}
 	}
+	s.put(resp)
+}
+
+// put adds a whole frame to the output.
+func (s *Session) put(resp []byte) {
+	if s.vectored {
+		if len(resp) > 0 {
+			s.vec = append(s.vec, resp)
+			s.vecBytes += len(resp)
+		}
+		return
+	}
 	s.out = append(s.out, resp...)
+}
+
+// emitSlot releases sl's response to the output: its pieces as they are
+// when vectored, else copied (and their memory released).
+func (s *Session) emitSlot(sl *slot, more bool) {
+	if sl.vec != nil && (!s.vectored || canary.On(canary.ReorderResponses)) {
+		sl.resp = joinPieces(make([]byte, 0, piecesLen(sl.vec)), sl.vec)
+		releaseAll(sl.rels)
+		sl.vec, sl.rels = nil, nil
+	}
+	if sl.vec == nil {
+		s.emit(sl.resp, more)
+		return
+	}
+	s.vec = append(s.vec, sl.vec...)
+	s.vecBytes += piecesLen(sl.vec)
+	s.rels = append(s.rels, sl.rels...)
 }
 
 // release moves finished responses from the head of the queue to the output.
@@ -280,7 +347,8 @@ func (s *Session) release() {
 			break
 		}
 		n++
-		s.emit(sl.resp, len(s.slots) > n)
+		s.emitSlot(sl, len(s.slots) > n)
+		s.recordReleased(sl)
 		s.inflight -= sl.size
 		if sl.closeAfter != "" {
 			s.closeNow = true
@@ -307,7 +375,8 @@ func (s *Session) ProduceDone(now int64, c Completion) {
 		return // timed out, or abandoned after a failure
 	}
 	delete(s.produces, c.Token)
-	p.complete(s, c.Base, c.Err, now)
+	s.now = now
+	p.complete(s, c, now)
 	s.release()
 }
 
@@ -315,6 +384,7 @@ func (s *Session) ProduceDone(now int64, c Completion) {
 // Call it at Output.Deadline and when an Output.Wait channel closes; extra
 // calls are harmless.
 func (s *Session) Poll(now int64) {
+	s.now = now
 	for _, sl := range s.slots {
 		if sl.op != nil {
 			sl.op.poll(s, now)
@@ -328,8 +398,9 @@ func (s *Session) Tick(now int64) { s.Poll(now) }
 
 // Take returns what the driver must do now and clears the pending output.
 func (s *Session) Take() Output {
-	o := Output{Data: s.out, Close: s.closeNow, Reason: s.reason}
-	s.out = nil
+	o := Output{Data: s.out, Vec: s.vec, Release: s.rels, Close: s.closeNow, Reason: s.reason, Timings: s.takeTimings()}
+	outBytes := len(s.out) + s.vecBytes
+	s.out, s.vec, s.rels, s.vecBytes = nil, nil, nil, 0
 	for _, sl := range s.slots {
 		if sl.op == nil {
 			continue
@@ -339,7 +410,7 @@ func (s *Session) Take() Output {
 		}
 		o.Wait = append(o.Wait, sl.op.waits()...)
 	}
-	o.Paused = len(s.slots) >= s.cfg.MaxInFlightRequests || s.inflight+len(o.Data) >= s.cfg.MaxInFlightBytes
+	o.Paused = len(s.slots) >= s.cfg.MaxInFlightRequests || s.inflight+outBytes >= s.cfg.MaxInFlightBytes
 	o.Idle = len(s.slots) == 0
 	return o
 }
@@ -347,6 +418,14 @@ func (s *Session) Take() Output {
 // InFlightBytes returns the bytes of the requests read and not yet
 // answered.
 func (s *Session) InFlightBytes() int { return s.inflight }
+
+// brokers are the brokers this listener advertises.
+func (s *Session) brokers() []Broker {
+	if s.cfg.Brokers != nil {
+		return s.cfg.Brokers()
+	}
+	return s.be.Brokers()
+}
 
 // Pending returns the number of requests read and not yet answered.
 func (s *Session) Pending() int { return len(s.slots) }

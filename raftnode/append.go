@@ -34,7 +34,7 @@ func Replaces(l Log, m *raftpb.Message) bool {
 }
 
 // EffectGroup returns the group a storage effect (Append, SaveConfState,
-// Retain, Applied) belongs to.
+// Retain, SetConfig, SaveProducers, Applied) belongs to.
 func EffectGroup(e Effect) (uint64, bool) {
 	switch e := e.(type) {
 	case Append:
@@ -42,6 +42,10 @@ func EffectGroup(e Effect) (uint64, bool) {
 	case SaveConfState:
 		return e.Group, true
 	case Retain:
+		return e.Group, true
+	case SetConfig:
+		return e.Group, true
+	case SaveProducers:
 		return e.Group, true
 	case Applied:
 		return e.Group, true

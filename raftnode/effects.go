@@ -4,6 +4,8 @@ import (
 	"fmt"
 
 	"go.etcd.io/raft/v3/raftpb"
+
+	"github.com/vdl-project/vdl/storage"
 )
 
 // An Effect is something the core asks its driver to do. The core never
@@ -60,6 +62,26 @@ type Retain struct {
 	BeforeOffset int64
 }
 
+// SetConfig asks the driver to apply a committed config command to the
+// group's log (storage.Log.ApplyConfig): every replica applies the same
+// commands in log order.
+type SetConfig struct {
+	Group uint64
+	Index uint64
+	Reset bool
+	Ops   []storage.ConfigOp
+}
+
+// SaveProducers asks the driver to save the group's idempotent-producer
+// state (raftnode/producers' snapshot) as of Index, a committed entry,
+// before any later Retain of the group is carried out: a restart then
+// replays only the log after Index.
+type SaveProducers struct {
+	Group uint64
+	Index uint64
+	Data  []byte
+}
+
 // Applied reports that the group applied everything up to Index (whose
 // entry has term Term); the high watermark (committed and locally durable
 // offsets) is HighWatermark. The driver records Index as applied and wakes
@@ -87,6 +109,8 @@ func (Append) effect()        {}
 func (Complete) effect()      {}
 func (SaveConfState) effect() {}
 func (Retain) effect()        {}
+func (SetConfig) effect()     {}
+func (SaveProducers) effect() {}
 func (Applied) effect()       {}
 func (LeaderChanged) effect() {}
 
@@ -103,6 +127,10 @@ func Describe(e Effect) string {
 		return fmt.Sprintf("confstate g%d idx=%d voters=%v learners=%v", e.Group, e.Index, e.Conf.GetVoters(), e.Conf.GetLearners())
 	case Retain:
 		return fmt.Sprintf("retain g%d idx=%d before=%d", e.Group, e.Index, e.BeforeOffset)
+	case SetConfig:
+		return fmt.Sprintf("config g%d idx=%d reset=%v ops=%v", e.Group, e.Index, e.Reset, e.Ops)
+	case SaveProducers:
+		return fmt.Sprintf("save-producers g%d idx=%d bytes=%d", e.Group, e.Index, len(e.Data))
 	case Applied:
 		return fmt.Sprintf("applied g%d idx=%d term=%d hwm=%d", e.Group, e.Index, e.Term, e.HighWatermark)
 	case LeaderChanged:

@@ -33,12 +33,12 @@ func init() {
 		failpoints.Def{
 			Name:   "raftnode/dropTo",
 			Place:  "raftnode/node.go (*Node).send: before every Raft message sent",
-			Effect: "return(id): drop every message to peer id (one side of a partition)",
+			Effect: "return(id): drop every message to peer id; return(\"2,3\"): to any of them (one side of a partition)",
 		},
 		failpoints.Def{
 			Name:   "raftnode/dropFrom",
 			Place:  "raftnode/host.go (*Host).Step: every Raft message received from the transport",
-			Effect: "return(id): drop every message from peer id (the other side of a partition); sleep(ms): delay incoming messages",
+			Effect: "return(id) or return(\"2,3\"): drop every message from those peers (the other side of a partition); sleep(ms): delay incoming messages",
 		},
 		failpoints.Def{
 			Name:   "raftnode/beforeTick",

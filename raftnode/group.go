@@ -19,6 +19,7 @@ type group struct {
 	st          Storage
 	role        raft.StateType
 	lead        uint64
+	leadChanges uint64 // times lead changed since the group started here (metrics)
 	applied     uint64
 	appliedTerm uint64
 	hwm         int64
@@ -42,6 +43,8 @@ type group struct {
 	// cleared at every CheckQuorum round, so it says little between them).
 	ticks uint64
 	heard map[uint64]uint64
+
+	prod *prodState // idempotent producers (producer_state.go)
 }
 
 type pending struct {
@@ -52,6 +55,9 @@ type pending struct {
 	// base+skip+offsets) of its entry; one alone takes the whole entry.
 	merged        bool
 	skip, offsets int64
+	// dedup: a retry answered with the offsets of the batches it repeats
+	// ([base+skip, base+skip+offsets) of the entry); it proposed nothing.
+	dedup bool
 }
 
 type queuedProposal struct {
@@ -72,8 +78,10 @@ func (c *Core) apply(g *group, ents []*raftpb.Entry) {
 		if idx <= g.applied {
 			continue // replayed after a restart: already applied
 		}
+		g.assertAppliesNext(idx)
 		var base, next int64
 		var err error
+		c.applyProducers(g, e, c.entryBase(g, e))
 		switch e.GetType() {
 		case raftpb.EntryConfChange:
 			var cc raftpb.ConfChange
@@ -92,13 +100,20 @@ func (c *Core) apply(g *group, ents []*raftpb.Entry) {
 				base, next, err = g.st.EntryOffsets(idx)
 			case len(data) > 0 && data[0] == storage.TagCommand:
 				var cmd Command
-				if cmd, err = DecodeCommand(data); err == nil && cmd.Kind == CmdRetain {
+				cmd, err = DecodeCommand(data)
+				if err == nil && cmd.Kind == CmdConfig {
+					c.emit(SetConfig{Group: g.id, Index: idx, Reset: cmd.Reset, Ops: cmd.Ops})
+				}
+				if err == nil && cmd.Kind == CmdRetain {
 					// Never beyond what is committed at this point of the log:
 					// every replica computes the same bound.
 					before := cmd.BeforeOffset
 					if end, e := g.st.NextOffsetAt(idx); e == nil && !canary.On(canary.RetainAboveCommit) {
 						before = min(before, end)
 					}
+					// The producer state is saved first: a restart must not
+					// need the entries this may delete.
+					c.maybeSaveProducers(g, true)
 					c.emit(Retain{Group: g.id, Index: idx, BeforeOffset: before})
 				}
 			}
@@ -113,7 +128,49 @@ func (c *Core) apply(g *group, ents []*raftpb.Entry) {
 	if hwm, err := g.st.NextOffsetAt(g.applied); err == nil {
 		g.hwm = hwm
 	}
+	c.maybeSaveProducers(g, false)
 	c.emit(Applied{Group: g.id, Index: g.applied, Term: g.appliedTerm, HighWatermark: g.hwm})
+}
+
+// assertAppliesNext: committed entries are applied one after another, with
+// no gap (raft hands them over in order, from the applied index it was
+// started with, and after a snapshot from the snapshot's index). A gap
+// would leave an entry's proposals and effects (a conf change, a
+// retention) never applied here: a bug, so the core panics rather than
+// carry on with a state no other replica has.
+func (g *group) assertAppliesNext(idx uint64) {
+	if idx != g.applied+1 {
+		panic(fmt.Sprintf("raftnode: group %d: entry %d applied right after entry %d", g.id, idx, g.applied))
+	}
+}
+
+// assertOffsetsCounted: the offsets the proposals of entry idx were
+// counted to take when proposed (by the Kafka front end's validation,
+// Core.ProposeRecords, or storage.UserOffsets) are the offsets the storage
+// stamped for the entry, [base, next): one proposal alone takes them all,
+// merged ones end where the entry ends. The other end of the count's
+// journey; a mismatch would acknowledge records at offsets they do not
+// have.
+func (g *group) assertOffsetsCounted(idx uint64, ps []pending, term uint64, base, next int64) {
+	end, counted := base, false
+	for _, p := range ps {
+		if p.term != term {
+			return // overwritten: nothing of it is in the entry
+		}
+		if p.dedup {
+			continue // a retry: it proposed nothing
+		}
+		counted = true
+		if p.merged {
+			end = max(end, base+p.skip+p.offsets)
+		} else {
+			end = base + p.offsets
+		}
+	}
+	if counted && end != next {
+		panic(fmt.Sprintf("raftnode: group %d: entry %d holds offsets [%d, %d) but its proposals were counted to end at %d",
+			g.id, idx, base, next, end))
+	}
 }
 
 func (c *Core) applyConfChange(g *group, idx uint64, cc raftpb.ConfChangeI) {
@@ -128,6 +185,9 @@ func (g *group) resolve(c *Core, idx, term uint64, base, next int64, err error) 
 		return
 	}
 	delete(g.pending, idx)
+	if err == nil {
+		g.assertOffsetsCounted(idx, ps, term, base, next)
+	}
 	for _, p := range ps {
 		g.uncommitted -= p.size
 		switch {
@@ -157,8 +217,9 @@ func (g *group) failAll(c *Core, err error) {
 		c.emit(Complete{Group: g.id, ID: q.id, Err: err})
 	}
 	for _, id := range g.reads {
-		c.emit(Complete{Group: g.id, ID: id, Err: err})
+		c.readFailed(g, id, err)
 	}
+	g.prod.failDuplicates(c, g, err)
 	g.reads = nil
 	g.pending = map[uint64][]pending{}
 	g.queued = nil

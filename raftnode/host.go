@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"runtime/debug"
-	"slices"
 	"sync"
 	"time"
 
@@ -25,6 +24,10 @@ type Log interface {
 	SetApplied(index uint64)
 	ApplyConfState(index uint64, cs *raftpb.ConfState) error
 	DeleteBefore(offset int64) (int, error)
+	// ApplyConfig applies a committed config command; durable on return.
+	ApplyConfig(index uint64, reset bool, ops []storage.ConfigOp) error
+	// SaveProducerState durably replaces the saved producer state.
+	SaveProducerState(index uint64, data []byte) error
 	// InstallSnapshot replaces the log with the one the snapshot stands
 	// for, copying its entries from src; durable on return.
 	InstallSnapshot(snap *raftpb.Snapshot, src storage.EntrySource) error
@@ -53,10 +56,23 @@ type HostConfig struct {
 	Sender       Sender
 	// Fetch copies snapshot entries from peers (the group's replicas are
 	// tried in turn, the snapshot's sender first).
-	Fetch  EntryFetcher
-	Logger *slog.Logger
+	Fetch EntryFetcher
+	// CatchupBytesPerSec bounds the catch-up of learners (a replica a
+	// move adds): the appends the leader sends them
+	// (Core.LearnerBytesPerTick, derived from it unless set) and the
+	// entries this server's snapshot installs copy (PacedFetch). 0: none.
+	CatchupBytesPerSec int64
+	Logger             *slog.Logger
 	// OnMembership: see NodeConfig.
 	OnMembership func(group uint64, cs *raftpb.ConfState, context []byte)
+	// ObserveWrite and ObserveSync, if set, are told how long each write
+	// job and each sync job (one fdatasync per log it wrote) took, on the
+	// writer's and the syncer's goroutine (metrics); ObserveCommit how long
+	// each successful proposal took from submission to its completion
+	// (committed and applied here), on the loop.
+	ObserveWrite, ObserveSync, ObserveCommit func(time.Duration)
+	// ObserveInstall, if set, is told each snapshot install's outcome.
+	ObserveInstall func(err error)
 }
 
 // Host is the production driver of a Node: one goroutine (the loop) owns
@@ -120,6 +136,22 @@ func NewHost(cfg HostConfig) *Host {
 			return nil, 0, fmt.Errorf("no way to copy entries from node %d", peer)
 		}
 	}
+	quit := make(chan struct{})
+	if r := cfg.CatchupBytesPerSec; r > 0 {
+		if cfg.Core.LearnerBytesPerTick == 0 {
+			cfg.Core.LearnerBytesPerTick = max(1, int64(float64(r)*cfg.TickInterval.Seconds()))
+		}
+		cfg.Fetch = PacedFetch(cfg.Fetch, r, time.Now, func(d time.Duration) bool {
+			t := time.NewTimer(d)
+			defer t.Stop()
+			select {
+			case <-t.C:
+				return true
+			case <-quit:
+				return false
+			}
+		})
+	}
 	h := &Host{
 		cfg:     cfg,
 		events:  make(chan func(), 4096),
@@ -129,7 +161,7 @@ func NewHost(cfg HostConfig) *Host {
 		futures: map[ProposalID]func(Result, error){},
 		views:   map[uint64]*groupView{},
 		failed:  make(chan struct{}),
-		quit:    make(chan struct{}),
+		quit:    quit,
 	}
 	h.node = NewNode(NodeConfig{Core: cfg.Core, Logger: cfg.Logger, OnMembership: cfg.OnMembership}, hostDriver{h})
 	h.loopDone.Add(1)
@@ -262,17 +294,31 @@ func (h *Host) guard(f func()) {
 func (h *Host) runWrites() {
 	defer h.workers.Done()
 	for j := range h.writes {
-		err := j.Run()
+		err := timed(j.Run, h.cfg.ObserveWrite)
 		_ = h.do(func() { h.node.Written(j, err) })
 	}
 }
 
+// concurrentSyncs is how many logs a Host fsyncs at once.
+const concurrentSyncs = 32
+
 func (h *Host) runSyncs() {
 	defer h.workers.Done()
 	for j := range h.syncs {
-		err := j.Run()
+		err := timed(func() error { return j.RunConcurrently(concurrentSyncs) }, h.cfg.ObserveSync)
 		_ = h.do(func() { h.node.Synced(j, err) })
 	}
+}
+
+// timed runs job and tells observe (if set) how long it took.
+func timed(job func() error, observe func(time.Duration)) error {
+	if observe == nil {
+		return job()
+	}
+	start := time.Now()
+	err := job()
+	observe(time.Since(start))
+	return err
 }
 
 // hostDriver is the Host as the Node's Driver (on the loop).
@@ -288,6 +334,9 @@ func (d hostDriver) Install(j *InstallJob) {
 	go func() {
 		defer h.workers.Done()
 		err := j.Run(h.cfg.Fetch)
+		if h.cfg.ObserveInstall != nil {
+			h.cfg.ObserveInstall(err)
+		}
 		_ = h.do(func() { h.node.Installed(j, err) })
 	}()
 }
@@ -413,6 +462,12 @@ func (h *Host) ProposeFunc(group uint64, data []byte, done func(Result, error)) 
 	return h.submit(done, func(id ProposalID) { h.node.Propose(group, id, data) })
 }
 
+// ProposeRecordsFunc proposes validated v2 batches taking offsets offsets
+// (Core.ProposeRecords); done as for ProposeFunc.
+func (h *Host) ProposeRecordsFunc(group uint64, batches []byte, offsets int64, done func(Result, error)) error {
+	return h.submit(done, func(id ProposalID) { h.node.ProposeRecords(group, id, batches, offsets) })
+}
+
 // ProposeConfChange proposes a membership change and waits for it to apply.
 func (h *Host) ProposeConfChange(ctx context.Context, group uint64, cc *raftpb.ConfChangeV2) error {
 	ch := make(chan Completion, 1)
@@ -435,6 +490,15 @@ func (h *Host) submit(done func(Result, error), f func(ProposalID)) error {
 	}
 	h.nextID++
 	id := h.nextID
+	if observe := h.cfg.ObserveCommit; observe != nil {
+		start, inner := time.Now(), done
+		done = func(r Result, err error) {
+			if err == nil {
+				observe(time.Since(start))
+			}
+			inner(r, err)
+		}
+	}
 	h.futures[id] = done
 	h.mu.Unlock()
 	if err := h.do(func() { f(id) }); err != nil {
@@ -472,69 +536,6 @@ func (h *Host) Fence(group uint64) *Fence {
 		f.Finish(err)
 	}
 	return f
-}
-
-// Status returns the group's full status (computed on the loop).
-func (h *Host) Status(group uint64) (GroupStatus, bool) {
-	var s GroupStatus
-	var ok bool
-	if err := h.call(func() { s, ok = h.node.Status(group) }); err != nil {
-		return GroupStatus{}, false
-	}
-	return s, ok
-}
-
-// Groups returns the hosted group ids, sorted.
-func (h *Host) Groups() []uint64 {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	return sortedGroups(h.views)
-}
-
-// View returns the group's view as last published.
-func (h *Host) View(group uint64) (View, bool) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	v, ok := h.views[group]
-	if !ok {
-		return View{}, false
-	}
-	return v.View, true
-}
-
-// Leader returns the group's leader as last seen (0: none) and whether the
-// group is hosted here.
-func (h *Host) Leader(group uint64) (leader uint64, ok bool) {
-	v, ok := h.View(group)
-	return v.Leader, ok
-}
-
-// Readable reports whether this server leads the group and may serve reads
-// (View.Readable).
-func (h *Host) Readable(group uint64) bool {
-	v, ok := h.View(group)
-	return ok && v.Readable(h.ID())
-}
-
-// HighWatermark returns the group's committed, locally durable end offset
-// and a channel closed when it next changes (or leadership changes).
-func (h *Host) HighWatermark(group uint64) (int64, <-chan struct{}, bool) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	v, ok := h.views[group]
-	if !ok {
-		return 0, nil, false
-	}
-	return v.HighWatermark, v.changed, true
-}
-
-func sortedIDs[V any](m map[ProposalID]V) []ProposalID {
-	ids := make([]ProposalID, 0, len(m))
-	for id := range m {
-		ids = append(ids, id)
-	}
-	slices.Sort(ids)
-	return ids
 }
 
 // FailStop stops the host for a failure found outside it (corruption found

@@ -78,7 +78,14 @@ func (j *InstallJob) Run(fetch EntryFetcher) error {
 // source tries the sources in order for each chunk.
 func (j *InstallJob) source(fetch EntryFetcher) storage.EntrySource {
 	return func(from, to uint64) ([]*raftpb.Entry, uint64, error) {
-		gone := 0
+		// gone: deleted there; behind: not committed there yet. The entries
+		// are committed (the snapshot covers them), so a replica behind can
+		// only get them from one that holds them: when every source is
+		// gone or behind, nobody will ever serve them, and the install
+		// gives up so that the leader sends a newer snapshot. (Counting
+		// only "gone", two lagging replicas installing the same old
+		// snapshot kept each other retrying for ever: seed 1435.)
+		gone, behind := 0, 0
 		var errs []error
 		for _, p := range j.Sources {
 			ents, prev, err := fetch(j.Group, p, from, to)
@@ -89,12 +96,15 @@ func (j *InstallJob) source(fetch EntryFetcher) storage.EntrySource {
 			if err == nil {
 				err = fmt.Errorf("answered %d entries, not from %d", len(ents), from)
 			}
-			if errors.Is(err, storage.ErrOutOfRange) {
+			switch {
+			case errors.Is(err, storage.ErrOutOfRange):
 				gone++
+			case errors.Is(err, storage.ErrNotCommitted):
+				behind++
 			}
 			errs = append(errs, fmt.Errorf("node %d: %w", p, err))
 		}
-		if gone > 0 && gone == len(j.Sources) {
+		if gone > 0 && gone+behind == len(j.Sources) {
 			return nil, 0, fmt.Errorf("%w: [%d, %d]: %v", ErrSnapshotGone, from, to, errors.Join(errs...))
 		}
 		return nil, 0, fmt.Errorf("%w: [%d, %d]: %v", ErrSnapshotUnavailable, from, to, errors.Join(errs...))
@@ -128,6 +138,9 @@ func (n *Node) Installed(j *InstallJob, err error) {
 	case err == nil:
 		delete(n.installs, g)
 		n.installedConf(j.Append)
+		if n.cfg.OnMembership != nil { // the membership comes with the snapshot
+			n.cfg.OnMembership(g, j.Append.Msg.GetSnapshot().GetMetadata().GetConfState(), nil)
+		}
 		waiting := p.installing[g]
 		delete(p.installing, g)
 		p.last[g] = lastIndex(j.log)

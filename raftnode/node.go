@@ -46,6 +46,8 @@ type Node struct {
 	reads        map[ProposalID]uint64 // read index request -> group
 	nextInternal ProposalID
 
+	pace pacer // catch-up pacing of appends to learners (pace.go)
+
 	err error // why the node stopped; nil while it runs
 }
 
@@ -59,7 +61,8 @@ type NodeConfig struct {
 	// carried out (traces).
 	OnEffect func(Effect)
 	// OnMembership, when set, is told each membership change a group
-	// applies, with the change's context (on the loop: it must not block).
+	// applies, with the change's context, and the membership a snapshot
+	// install brings, without one (on the loop: it must not block).
 	OnMembership func(group uint64, cs *raftpb.ConfState, context []byte)
 	// Watchdog, when set, is called at every round of Flush's loop with
 	// the round's number: a driver that watches for livelocks (the
@@ -125,6 +128,11 @@ func (n *Node) AddGroup(id uint64, l Log) error {
 	}
 	n.logs[id] = l
 	n.views[id] = View{}
+	// What is applied already is the view's from the start: a follower
+	// whose log is all applied would otherwise show no high watermark
+	// until the group's next entry (an idle stream after a restart).
+	applied, term, hwm := n.core.appliedView(id)
+	n.setView(id, func(v *View) { v.Applied, v.AppliedTerm, v.HighWatermark = applied, term, hwm })
 	n.pipe.last[id] = lastIndex(l)
 	n.found(id, l)
 	return nil
@@ -171,6 +179,7 @@ func (n *Node) Tick() {
 	n.ticks++
 	n.core.Tick()
 	n.retryInstalls()
+	n.paceTick()
 }
 
 // Step delivers a message from a peer.
@@ -178,6 +187,7 @@ func (n *Node) Step(group uint64, m *raftpb.Message) {
 	if n.err != nil {
 		return
 	}
+	n.paceAnswer(group, m)
 	n.core.Step(group, m)
 }
 
@@ -189,6 +199,16 @@ func (n *Node) Propose(group uint64, id ProposalID, data []byte) {
 		return
 	}
 	n.core.Propose(group, id, data)
+}
+
+// ProposeRecords proposes validated v2 batches taking offsets offsets
+// (Core.ProposeRecords); the outcome is a Complete with id.
+func (n *Node) ProposeRecords(group uint64, id ProposalID, batches []byte, offsets int64) {
+	if n.err != nil {
+		n.d.Complete(Complete{Group: group, ID: id, Err: n.err})
+		return
+	}
+	n.core.ProposeRecords(group, id, batches, offsets)
 }
 
 // ProposeConfChange proposes a membership change; the outcome is a
@@ -237,6 +257,15 @@ func (n *Node) Status(group uint64) (GroupStatus, bool) {
 	return n.core.Status(group)
 }
 
+// Producers returns the group's committed idempotent-producer table,
+// encoded, and the index it is as of (Core.Producers).
+func (n *Node) Producers(group uint64) ([]byte, uint64, bool) {
+	if n.err != nil {
+		return nil, 0, false
+	}
+	return n.core.Producers(group)
+}
+
 // View returns the group's view.
 func (n *Node) View(group uint64) (View, bool) {
 	v, ok := n.views[group]
@@ -280,7 +309,7 @@ func (n *Node) route(e Effect) {
 		if n.cfg.OnMembership != nil {
 			n.cfg.OnMembership(e.Group, e.Conf, e.Context)
 		}
-	case Append, Retain:
+	case Append, Retain, SetConfig, SaveProducers:
 		n.pipe.queue = append(n.pipe.queue, e)
 	case Applied:
 		n.applied(e)
@@ -324,8 +353,17 @@ func (n *Node) setView(group uint64, f func(*View)) {
 	}
 }
 
-// send hands a message to the driver, past the message failpoints.
+// send hands a message to the driver, unless catch-up pacing holds it
+// (pace.go).
 func (n *Node) send(e Send) {
+	if n.paced(e) {
+		return
+	}
+	n.sendNow(e)
+}
+
+// sendNow hands a message to the driver, past the message failpoints.
+func (n *Node) sendNow(e Send) {
 	if e.Msg.GetType() == raftpb.MsgSnap {
 		failpoint.Inject("beforeSnapshotSend", func(val failpoint.Value) {
 			failpoints.Hit("raftnode/beforeSnapshotSend")

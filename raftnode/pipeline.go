@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"sync"
 
 	"github.com/pingcap/failpoint"
 
@@ -91,6 +92,18 @@ func (j *WriteJob) run(it writeItem) error {
 		if err := WriteAppend(it.l, e.a.Msg); err != nil {
 			return fmt.Errorf("group %d: %w", e.a.Group, err)
 		}
+	default:
+		return j.runState(it)
+	}
+	return nil
+}
+
+// runState carries out the writes that are not appends (membership,
+// retention, configs, producer state, the applied index). Kept apart from
+// run, whose marker must not change the machine code around it
+// (failpointtest/TestMarkersCompileAway).
+func (j *WriteJob) runState(it writeItem) error {
+	switch e := it.e.(type) {
 	case SaveConfState:
 		if err := it.l.ApplyConfState(e.Index, e.Conf); err != nil {
 			return fmt.Errorf("group %d: save conf state: %w", e.Group, err)
@@ -110,6 +123,14 @@ func (j *WriteJob) run(it writeItem) error {
 		case n > 0:
 			j.logger.Info("retention deleted segments", "group", e.Group, "before", e.BeforeOffset, "segments", n)
 		}
+	case SetConfig:
+		if err := it.l.ApplyConfig(e.Index, e.Reset, e.Ops); err != nil && !errors.Is(err, storage.ErrClosed) {
+			return fmt.Errorf("group %d: config: %w", e.Group, err)
+		}
+	case SaveProducers:
+		if err := it.l.SaveProducerState(e.Index, e.Data); err != nil {
+			return fmt.Errorf("group %d: save producer state: %w", e.Group, err)
+		}
 	case Applied:
 		it.l.SetApplied(e.Index)
 	}
@@ -120,6 +141,7 @@ func (j *WriteJob) run(it writeItem) error {
 // nothing needs it.
 func (j *WriteJob) syncJob() *SyncJob {
 	s := &SyncJob{}
+	seen := map[Log]bool{} // a job can hold thousands of groups' appends (an election storm)
 	for _, it := range j.items {
 		var a Append
 		switch e := it.e.(type) {
@@ -131,7 +153,8 @@ func (j *WriteJob) syncJob() *SyncJob {
 			continue
 		}
 		s.done = append(s.done, a)
-		if !slices.Contains(s.logs, it.l) {
+		if !seen[it.l] {
+			seen[it.l] = true
 			s.logs = append(s.logs, it.l)
 		}
 	}
@@ -149,17 +172,53 @@ type SyncJob struct {
 	done []Append
 }
 
-// Run fsyncs each log once. A log closed meanwhile is skipped.
-func (j *SyncJob) Run() error {
+// Run fsyncs each log once, one after the other. A log closed meanwhile
+// is skipped.
+func (j *SyncJob) Run() error { return j.RunConcurrently(1) }
+
+// RunConcurrently is Run with up to n fsyncs at once: a job holding many
+// groups' appends (thousands of votes when every group of a server elects
+// at once) takes one fsync's time per n logs instead of per log, and the
+// file system can commit concurrent fsyncs together. The simulator runs
+// jobs with Run (one goroutine, reproducible); the Host with n > 1.
+func (j *SyncJob) RunConcurrently(n int) error {
 	if canary.On(canary.HardStateNotSynced) && !slices.ContainsFunc(j.done, func(a Append) bool {
 		return len(a.Msg.GetEntries()) > 0 || a.Msg.GetSnapshot() != nil
 	}) {
 		return nil // broken on purpose: a hard state alone (a vote, a term) is not synced
 	}
-	for _, l := range j.logs {
+	syncLog := func(l Log) error {
 		if _, err := l.Sync(); err != nil && !errors.Is(err, storage.ErrClosed) {
 			return fmt.Errorf("sync: %w", err)
 		}
+		return nil
+	}
+	if n <= 1 || len(j.logs) == 1 {
+		for _, l := range j.logs {
+			if err := syncLog(l); err != nil {
+				return err
+			}
+		}
+		afterSave()
+		return nil
+	}
+	errs := make([]error, len(j.logs))
+	next := make(chan int)
+	var wg sync.WaitGroup
+	for range min(n, len(j.logs)) {
+		wg.Go(func() {
+			for k := range next {
+				errs[k] = syncLog(j.logs[k])
+			}
+		})
+	}
+	for k := range j.logs {
+		next <- k
+	}
+	close(next)
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return err
 	}
 	afterSave()
 	return nil

@@ -25,6 +25,9 @@ type GroupStatus struct {
 	Progress    map[uint64]Progress `json:"progress,omitempty"`
 	Uncommitted uint64              `json:"uncommitted_bytes"`
 	Pending     int                 `json:"pending_proposals"`
+	// LeaderChanges counts the changes of the known leader (to none
+	// included) since the group started on this server.
+	LeaderChanges uint64 `json:"leader_changes"`
 }
 
 // Progress is the leader's view of one replica.
@@ -52,6 +55,7 @@ func (c *Core) Status(group uint64) (GroupStatus, bool) {
 		HighWatermark: g.hwm,
 		Uncommitted:   g.uncommitted,
 		Pending:       len(g.pending),
+		LeaderChanges: g.leadChanges,
 	}
 	for id := range st.Config.Voters.IDs() {
 		s.Voters = append(s.Voters, id)
@@ -89,6 +93,6 @@ func (c *Core) Status(group uint64) (GroupStatus, bool) {
 // so right after one it says nothing about who is alive).
 func (c *Core) progressOf(g *group, id uint64, pr tracker.Progress) Progress {
 	heard, ok := g.heard[id]
-	active := id == c.cfg.ID || pr.RecentActive || (ok && g.ticks-heard <= uint64(c.cfg.ElectionTick))
+	active := id == c.cfg.ID || pr.RecentActive || (ok && g.ticks-heard <= uint64(c.cfg.ElectionTick)) || c.quietAlive(g.id, id)
 	return Progress{Match: pr.Match, Next: pr.Next, State: pr.State.String(), RecentActive: active}
 }

@@ -2,26 +2,34 @@ package server
 
 import (
 	"context"
+	"crypto/subtle"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
+	"net/http/pprof"
+	"path"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/vdl-project/vdl/failpoints"
+	"github.com/vdl-project/vdl/internal/pki"
 	"github.com/vdl-project/vdl/kafka"
 	"github.com/vdl-project/vdl/raftnode"
 )
 
 // Status is what GET /status returns.
 type Status struct {
-	NodeID    uint64         `json:"node_id"`
-	ClusterID string         `json:"cluster_id"`
-	DC        string         `json:"dc,omitempty"`
-	Profile   string         `json:"profile"`
-	Streams   []StreamStatus `json:"streams"`
+	NodeID    uint64 `json:"node_id"`
+	ClusterID string `json:"cluster_id"`
+	DC        string `json:"dc,omitempty"`
+	Profile   string `json:"profile"`
+	// Total is how many hosted streams matched; Streams the first of them
+	// by name, up to the limit asked.
+	Total   int            `json:"total"`
+	Streams []StreamStatus `json:"streams"`
 }
 
 // StreamStatus is one stream as this server sees it.
@@ -43,14 +51,24 @@ func (s *Server) adminMux() *http.ServeMux {
 		}
 		_, _ = w.Write([]byte("ok\n"))
 	})
-	mux.HandleFunc("GET /status", func(w http.ResponseWriter, _ *http.Request) {
+	mux.HandleFunc("GET /status", func(w http.ResponseWriter, r *http.Request) {
+		limit := 0
+		if v := r.URL.Query().Get("limit"); v != "" {
+			n, err := strconv.Atoi(v)
+			if err != nil || n < 0 {
+				jsonError(w, http.StatusBadRequest, "limit %q: want a count (0: every stream)", v)
+				return
+			}
+			limit = n
+		}
 		w.Header().Set("Content-Type", "application/json")
 		enc := json.NewEncoder(w)
 		enc.SetIndent("", "  ")
-		_ = enc.Encode(s.Status())
+		_ = enc.Encode(s.StatusOf(r.URL.Query().Get("prefix"), limit))
 	})
 	mux.HandleFunc("GET /groups", s.handleGroups)
-	mux.HandleFunc("GET /internal/raft/{group}/entries", s.handleEntries)
+	mux.Handle("GET /metrics", s.metrics.handler())
+	mountPprof(mux)
 	mux.HandleFunc("POST /streams/{name}/retain", s.handleRetain)
 	mux.HandleFunc("POST /streams/{name}/transfer-leader", s.handleTransferLeader)
 	mux.HandleFunc("GET /streams/{name}/members", s.handleMembers)
@@ -60,6 +78,72 @@ func (s *Server) adminMux() *http.ServeMux {
 	failpoints.Mount(mux)
 	s.mountPowerLoss(mux)
 	return mux
+}
+
+// mountPprof serves Go's profiles under /debug/pprof/. They need the admin
+// credentials even to read (see authorize): a heap profile shows what the
+// server holds, a CPU profile costs the server CPU.
+func mountPprof(mux *http.ServeMux) {
+	mux.HandleFunc(pprofPrefix, pprof.Index)
+	mux.HandleFunc(pprofPrefix+"cmdline", pprof.Cmdline)
+	mux.HandleFunc(pprofPrefix+"profile", pprof.Profile)
+	mux.HandleFunc(pprofPrefix+"symbol", pprof.Symbol)
+	mux.HandleFunc(pprofPrefix+"trace", pprof.Trace)
+}
+
+const pprofPrefix = "/debug/pprof/"
+
+// needsCredentials: the paths that need the admin credentials for every
+// method, reads included (the path cleaned as the mux cleans it).
+func needsCredentials(r *http.Request) bool {
+	p := path.Clean("/" + r.URL.Path)
+	return p+"/" == pprofPrefix || strings.HasPrefix(p, pprofPrefix)
+}
+
+// authorize guards the admin API: reads (GET, HEAD) are open, except the
+// profiles (needsCredentials); anything else changes the cluster and needs
+// the bearer token or an operator client certificate of the cluster CA. No
+// credentials: 401; credentials of the wrong kind (a node's certificate):
+// 403.
+func (s *Server) authorize(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if (r.Method == http.MethodGet || r.Method == http.MethodHead) && !needsCredentials(r) {
+			next.ServeHTTP(w, r)
+			return
+		}
+		if s.sec.token != "" {
+			if got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer "); ok {
+				if subtle.ConstantTimeCompare([]byte(got), []byte(s.sec.token)) == 1 {
+					next.ServeHTTP(w, r)
+					return
+				}
+				jsonError(w, http.StatusUnauthorized, "the admin token is wrong")
+				return
+			}
+		}
+		if r.TLS != nil && len(r.TLS.VerifiedChains) > 0 {
+			// An operator, or the config servers (their balancer and
+			// replica moves: leader transfers, membership changes).
+			if _, ok := pki.Operator(r.TLS.PeerCertificates[0]); ok {
+				next.ServeHTTP(w, r)
+				return
+			}
+			if _, ok := pki.ConfigServerID(r.TLS.PeerCertificates[0]); ok && !needsCredentials(r) {
+				next.ServeHTTP(w, r)
+				return
+			}
+			jsonError(w, http.StatusForbidden, "%s %s needs an operator certificate; %v is not one", r.Method, r.URL.Path,
+				r.TLS.PeerCertificates[0].DNSNames)
+			return
+		}
+		w.Header().Set("WWW-Authenticate", `Bearer realm="vdl admin"`)
+		what := "changes the cluster"
+		if needsCredentials(r) {
+			what = "reads profiles"
+		}
+		jsonError(w, http.StatusUnauthorized, "%s %s %s: it needs the admin token (Authorization: Bearer ...) "+
+			"or an operator client certificate (docs/security.md)", r.Method, r.URL.Path, what)
+	})
 }
 
 // handleRetain deletes a stream's head segments below ?before=OFFSET on
@@ -103,7 +187,7 @@ func (s *Server) handleTransferLeader(w http.ResponseWriter, r *http.Request) {
 		jsonError(w, http.StatusBadRequest, "?to= must be a node id")
 		return
 	}
-	if _, ok := s.cfg.Peer(to); !ok {
+	if _, ok := s.dir.Peer(to); !ok {
 		jsonError(w, http.StatusBadRequest, "node %d is not a peer", to)
 		return
 	}
@@ -123,20 +207,38 @@ func (s *Server) handleTransferLeader(w http.ResponseWriter, r *http.Request) {
 }
 
 // Status reports every hosted stream.
-func (s *Server) Status() Status {
+func (s *Server) Status() Status { return s.StatusOf("", 0) }
+
+// StatusOf is Status for the hosted streams whose names start with prefix,
+// the first limit of them by name (0: all). Every group's state comes from
+// one trip to the Raft loop, so it stays fast with thousands of streams.
+func (s *Server) StatusOf(prefix string, limit int) Status {
 	st := Status{NodeID: s.cfg.NodeID, ClusterID: s.cfg.ClusterID, DC: s.cfg.DC, Profile: s.cfg.Profile, Streams: []StreamStatus{}}
-	for _, sc := range s.cfg.Streams {
+	groups := map[uint64]raftnode.GroupStatus{}
+	for _, gs := range s.host.Statuses() {
+		groups[gs.Group] = gs
+	}
+	scs := slices.Clone(s.dir.Streams())
+	slices.SortFunc(scs, func(a, b StreamConfig) int { return strings.Compare(a.Name, b.Name) })
+	for _, sc := range scs {
+		if !strings.HasPrefix(sc.Name, prefix) {
+			continue
+		}
 		str, ok := s.stream(sc.Name)
 		if !ok {
 			continue
 		}
-		gs, _ := s.host.Status(sc.ID)
+		if st.Total++; limit > 0 && st.Total > limit {
+			continue
+		}
+		gs := groups[sc.ID]
+		policy := EffectivePolicy(sc, str.log) // with the replicated overrides
 		st.Streams = append(st.Streams, StreamStatus{
 			Name:           sc.Name,
 			StartOffset:    str.log.StartOffset(),
 			EndOffset:      str.log.EndOffset(),
-			RetentionMs:    sc.RetentionMs,
-			RetentionBytes: sc.RetentionBytes,
+			RetentionMs:    policy.MaxAge,
+			RetentionBytes: policy.MaxBytes,
 			GroupStatus:    gs,
 		})
 	}
@@ -148,9 +250,23 @@ func (s *Server) Status() Status {
 // the list is empty): members, generations, committed offsets and lag
 // (high watermark − committed offset, from this server's replica).
 func (s *Server) handleGroups(w http.ResponseWriter, _ *http.Request) {
-	if s.kafka == nil {
+	st, ok := s.groupsStatus()
+	if !ok {
 		http.Error(w, "the kafka listener is not running", http.StatusServiceUnavailable)
 		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	_ = enc.Encode(st)
+}
+
+// groupsStatus is the consumer groups as this server's coordinator sees
+// them, with each committed offset's lag behind this replica's high
+// watermark; false before the Kafka listener runs.
+func (s *Server) groupsStatus() (kafka.CoordinatorStatus, bool) {
+	if s.kafka == nil {
+		return kafka.CoordinatorStatus{}, false
 	}
 	hwm := func(topic string) (int64, bool) {
 		st, ok := s.stream(topic)
@@ -160,8 +276,5 @@ func (s *Server) handleGroups(w http.ResponseWriter, _ *http.Request) {
 		h, _, ok := s.host.HighWatermark(st.cfg.ID)
 		return h, ok
 	}
-	w.Header().Set("Content-Type", "application/json")
-	enc := json.NewEncoder(w)
-	enc.SetIndent("", "  ")
-	_ = enc.Encode(s.kafka.Groups().Status(s.kafka.Now(), hwm))
+	return s.kafka.Groups().Status(s.kafka.Now(), hwm), true
 }

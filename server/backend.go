@@ -3,9 +3,11 @@ package server
 import (
 	"errors"
 	"fmt"
+	"sync/atomic"
 
 	"github.com/vdl-project/vdl/internal/canary"
 	"github.com/vdl-project/vdl/kafka"
+	"github.com/vdl-project/vdl/kafka/batchfmt"
 	"github.com/vdl-project/vdl/raftnode"
 	"github.com/vdl-project/vdl/storage"
 )
@@ -21,6 +23,7 @@ type Replication interface {
 	HighWatermark(group uint64) (int64, <-chan struct{}, bool)
 	Status(group uint64) (raftnode.GroupStatus, bool)
 	ProposeFunc(group uint64, data []byte, done func(raftnode.Result, error)) error
+	ProposeRecordsFunc(group uint64, batches []byte, offsets int64, done func(raftnode.Result, error)) error
 	Fence(group uint64) *raftnode.Fence
 	// FailStop stops the server for a failure found outside the engine
 	// (corruption found by a read).
@@ -39,6 +42,22 @@ type StreamRef struct {
 	Group    uint64
 	Replicas []uint64
 	Log      *storage.Log // nil when the stream is not hosted here
+	// LeaderHint is the leader the config servers last heard of, for a
+	// stream not hosted here (0: unknown).
+	LeaderHint uint64
+	traffic    *streamTraffic
+	floor      *atomic.Int64 // committed retention point not yet applied by storage; nil: none kept
+	Defaults   StreamConfig  // the stream's configured (TOML) settings: its configs' defaults
+}
+
+// startOffset is the log start readers see: the storage's, or a retention
+// point committed but not yet applied to it.
+func (ref StreamRef) startOffset() int64 {
+	start := ref.Log.StartOffset()
+	if ref.floor != nil {
+		start = max(start, ref.floor.Load())
+	}
+	return start
 }
 
 // Backend is the Kafka front end's view of a server (kafka.Backend):
@@ -86,10 +105,16 @@ func (b *Backend) Stream(name string) (kafka.StreamInfo, bool) {
 	if !ok {
 		return kafka.StreamInfo{}, false
 	}
-	info := kafka.StreamInfo{Leader: -1, Replicas: ids32(ref.Replicas), ISR: ids32(ref.Replicas)}
+	info := kafka.StreamInfo{Leader: -1, Replicas: ids32(ref.Replicas), ISR: ids32(ref.Replicas), LeaderEpoch: -1}
 	v, hosted := b.r.View(ref.Group)
 	if ref.Log == nil || !hosted {
+		if ref.LeaderHint != 0 {
+			info.Leader = int32(ref.LeaderHint)
+		}
 		return info, true
+	}
+	if v.Term != 0 {
+		info.LeaderEpoch = batchfmt.EpochOfTerm(v.Term)
 	}
 	if v.Leader != 0 {
 		info.Leader = int32(v.Leader)
@@ -106,17 +131,27 @@ func (b *Backend) Stream(name string) (kafka.StreamInfo, bool) {
 }
 
 // Produce proposes the batches in the stream's group.
-func (b *Backend) Produce(name string, records []byte, done func(int64, error)) {
+func (b *Backend) Produce(name string, records kafka.Records, done func(kafka.Produced, error)) {
+	failed := kafka.Produced{Base: -1, LogStart: -1}
 	ref, ok := b.c.Stream(name)
 	if !ok || ref.Log == nil {
-		done(0, kafka.ErrUnknownStream)
+		done(failed, kafka.ErrUnknownStream)
 		return
 	}
-	err := b.r.ProposeFunc(ref.Group, raftnode.UserData(records), func(r raftnode.Result, err error) {
-		done(r.BaseOffset, err)
+	if err := checkMaxMessage(ref.Log, records.Batches); err != nil {
+		done(failed, err)
+		return
+	}
+	err := b.r.ProposeRecordsFunc(ref.Group, records.Batches, records.Offsets, func(r raftnode.Result, err error) {
+		if err != nil {
+			done(failed, kafkaError(err))
+			return
+		}
+		ref.traffic.produced(records)
+		done(kafka.Produced{Base: r.BaseOffset, LogStart: ref.startOffset()}, nil)
 	})
 	if err != nil {
-		done(0, err)
+		done(failed, kafkaError(err))
 	}
 }
 
@@ -133,8 +168,19 @@ func (b *Backend) Retain(name string, before int64, done func(error)) {
 		done(fmt.Errorf("%w: before %d, high watermark %d", kafka.ErrRetainAboveHWM, before, hwm))
 		return
 	}
-	if err := b.r.ProposeFunc(ref.Group, raftnode.RetainData(before), func(_ raftnode.Result, err error) { done(err) }); err != nil {
-		done(err)
+	propose := b.r.ProposeFunc(ref.Group, raftnode.RetainData(before), func(_ raftnode.Result, err error) {
+		if err == nil && ref.floor != nil {
+			// Committed (and bounded by the high watermark, which only
+			// grows, so the apply keeps before as it is): readers move to
+			// it now; storage deletes the segments when its pipeline
+			// reaches the command.
+			for cur := ref.floor.Load(); before > cur && !ref.floor.CompareAndSwap(cur, before); cur = ref.floor.Load() {
+			}
+		}
+		done(kafkaError(err))
+	})
+	if propose != nil {
+		done(kafkaError(propose))
 	}
 }
 
@@ -149,7 +195,7 @@ func (b *Backend) Log(name string) (kafka.LogView, error) {
 	}
 	v, _ := b.r.View(ref.Group)
 	if canary.On(canary.FollowerServesFetch) && v.Leader != 0 {
-		return logView{b: b, group: ref.Group, log: ref.Log}, nil // broken on purpose
+		return logView{b: b, group: ref.Group, log: ref.Log, traffic: ref.traffic, ref: ref}, nil // broken on purpose
 	}
 	switch {
 	case v.Leader == 0:
@@ -159,17 +205,19 @@ func (b *Backend) Log(name string) (kafka.LogView, error) {
 	case !v.Readable(b.r.ID()):
 		return nil, kafka.ErrNoLeader
 	}
-	return logView{b: b, group: ref.Group, log: ref.Log}, nil
+	return logView{b: b, group: ref.Group, log: ref.Log, traffic: ref.traffic, ref: ref}, nil
 }
 
 // logView serves reads of a stream this server leads.
 type logView struct {
-	b     *Backend
-	group uint64
-	log   *storage.Log
+	b       *Backend
+	group   uint64
+	log     *storage.Log
+	traffic *streamTraffic
+	ref     StreamRef
 }
 
-func (v logView) StartOffset() int64 { return v.log.StartOffset() }
+func (v logView) StartOffset() int64 { return v.ref.startOffset() }
 func (v logView) EndOffset() int64   { return v.log.EndOffset() }
 
 func (v logView) HighWatermark() int64 {
@@ -180,15 +228,44 @@ func (v logView) HighWatermark() int64 {
 	return hwm
 }
 
-// Read reads committed batches. Corruption found on the way is never
+// Read reads committed batches for a Fetch (counted as fetched).
+func (v logView) Read(offset, hwm int64, maxBytes int) ([]storage.Batch, error) {
+	bs, err := v.read(offset, hwm, maxBytes)
+	if v.traffic != nil {
+		for _, b := range bs {
+			v.traffic.fetched(len(b.Data), b.NextOffset-b.BaseOffset)
+		}
+	}
+	return bs, err
+}
+
+// ReadPooled is Read into pooled memory (kafka.PooledReader): the front
+// end releases it once the response is written.
+func (v logView) ReadPooled(offset, hwm int64, maxBytes int) ([]storage.Batch, kafka.Releaser, error) {
+	bs, rb, err := v.log.ReadPooled(offset, hwm, maxBytes)
+	if err != nil && errors.Is(err, storage.ErrCorrupt) {
+		v.b.r.FailStop(err)
+	}
+	if v.traffic != nil {
+		for _, b := range bs {
+			v.traffic.fetched(len(b.Data), b.NextOffset-b.BaseOffset)
+		}
+	}
+	if rb == nil {
+		return bs, nil, kafkaError(err)
+	}
+	return bs, rb, kafkaError(err)
+}
+
+// read reads committed batches. Corruption found on the way is never
 // served: the server stops (a replica that cannot trust its disk must be
 // replaced).
-func (v logView) Read(offset, hwm int64, maxBytes int) ([]storage.Batch, error) {
+func (v logView) read(offset, hwm int64, maxBytes int) ([]storage.Batch, error) {
 	bs, err := v.log.Read(offset, hwm, maxBytes)
 	if err != nil && errors.Is(err, storage.ErrCorrupt) {
 		v.b.r.FailStop(err)
 	}
-	return bs, err
+	return bs, kafkaError(err)
 }
 
 // OffsetForTime finds the first batch whose max timestamp reaches ts and
@@ -197,38 +274,70 @@ func (v logView) OffsetForTime(ts int64) (int64, int64, error) {
 	hwm := v.HighWatermark()
 	off, err := v.log.OffsetForTime(ts)
 	if err != nil {
-		return -1, -1, err
+		return -1, -1, kafkaError(err)
 	}
+	off = max(off, v.StartOffset())
 	if off >= hwm {
 		return -1, -1, nil
 	}
-	bs, err := v.Read(off, hwm, 1)
+	bs, err := v.read(off, hwm, 1)
 	if err != nil {
-		if errors.Is(err, storage.ErrOutOfRange) {
+		if errors.Is(err, kafka.ErrOutOfRange) {
 			return -1, -1, nil
 		}
 		return -1, -1, err
 	}
-	if len(bs) == 0 || len(bs[0].Data) < 43 {
+	if len(bs) == 0 || len(bs[0].Data) < batchfmt.OffMaxTimestamp+8 {
 		return off, -1, nil
 	}
-	return off, maxTimestamp(bs[0].Data), nil
+	return off, batchfmt.MaxTimestamp(bs[0].Data), nil
+}
+
+// LeaderEpoch is the group's Raft term (docs/kafka.md "Leader epochs").
+func (v logView) LeaderEpoch() int32 {
+	view, _ := v.b.r.View(v.group)
+	return batchfmt.EpochOfTerm(view.Term)
+}
+
+// EpochEnd answers from the terms the log's entries carry. On a readable
+// leader every entry of an older term is committed, so the first entry of
+// a term above epoch starts where epoch ends; the current term ends at the
+// high watermark.
+func (v logView) EpochEnd(epoch int32) (int32, int64, error) {
+	floor, end, err := v.log.EpochEnd(uint64(max(epoch, 0)))
+	if err != nil {
+		return -1, -1, kafkaError(err)
+	}
+	end = min(end, v.HighWatermark())
+	if floor == 0 {
+		return epoch, end, nil // older than the log: Kafka answers the epoch asked
+	}
+	return batchfmt.EpochOfTerm(floor), end, nil
+}
+
+// EpochAt is the term of the entry holding offset.
+func (v logView) EpochAt(offset int64) int32 {
+	t, err := v.log.TermAt(offset)
+	if err != nil || t == 0 {
+		return -1
+	}
+	return batchfmt.EpochOfTerm(t)
 }
 
 func (v logView) Fence() kafka.ReadFence {
 	if canary.On(canary.NoReadFence) {
 		f := raftnode.NewFence() // broken on purpose: leadership is not confirmed
 		f.Finish(nil)
-		return f
+		return kafkaFence{f}
 	}
 	if canary.On(canary.FollowerServesFetch) {
 		if view, _ := v.b.r.View(v.group); view.Leader != v.b.r.ID() {
 			f := raftnode.NewFence() // broken on purpose: a follower confirms nothing
 			f.Finish(nil)
-			return f
+			return kafkaFence{f}
 		}
 	}
-	return v.b.r.Fence(v.group)
+	return kafkaFence{v.b.r.Fence(v.group)}
 }
 
 func (v logView) Changed() <-chan struct{} {
@@ -239,14 +348,6 @@ func (v logView) Changed() <-chan struct{} {
 		return closed
 	}
 	return ch
-}
-
-func maxTimestamp(batch []byte) int64 {
-	var ts int64
-	for _, b := range batch[35:43] {
-		ts = ts<<8 | int64(b)
-	}
-	return ts
 }
 
 func ids32(ids []uint64) []int32 {

@@ -7,13 +7,24 @@ import (
 	"github.com/vdl-project/vdl/kafka"
 )
 
-// catalog is the server's Catalog: the configured peers and streams.
+// catalog is the server's Catalog: its peers and streams (directory).
 type catalog struct{ s *Server }
 
+// Brokers are the peers' plain-text Kafka listeners.
 func (c catalog) Brokers() []kafka.Broker {
+	return c.brokers(func(p Peer) string { return p.Kafka })
+}
+
+// TLSBrokers are the peers' Kafka TLS listeners: what a client of the TLS
+// listener is told (a peer without one is left out).
+func (c catalog) TLSBrokers() []kafka.Broker {
+	return c.brokers(func(p Peer) string { return p.KafkaTLS })
+}
+
+func (c catalog) brokers(addr func(Peer) string) []kafka.Broker {
 	var out []kafka.Broker
-	for _, p := range c.s.cfg.Peers {
-		host, port, err := net.SplitHostPort(p.Kafka)
+	for _, p := range c.s.dir.Peers() {
+		host, port, err := net.SplitHostPort(addr(p))
 		if err != nil {
 			continue
 		}
@@ -32,7 +43,7 @@ func (c catalog) Brokers() []kafka.Broker {
 
 func (c catalog) Streams() []string {
 	var names []string
-	for _, sc := range c.s.cfg.Streams {
+	for _, sc := range c.s.dir.Streams() {
 		names = append(names, sc.Name)
 	}
 	return sortedStrings(names)
@@ -43,9 +54,9 @@ func (c catalog) Stream(name string) (StreamRef, bool) {
 	if !ok {
 		return StreamRef{}, false
 	}
-	ref := StreamRef{Group: sc.ID, Replicas: sc.Replicas}
+	ref := StreamRef{Group: sc.ID, Replicas: sc.Replicas, Defaults: sc, LeaderHint: c.s.dir.LeaderHint(name)}
 	if st, hosted := c.s.stream(name); hosted {
-		ref.Log = st.log
+		ref.Log, ref.traffic, ref.floor = st.log, st.traffic, &st.floor
 		if voters, learners, ok := c.s.membership(sc.ID); ok { // the group's own view
 			ref.Replicas = append(voters, learners...)
 		}

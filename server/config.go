@@ -5,14 +5,14 @@ package server
 import (
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
-	"os"
 	"slices"
 	"strings"
 
-	"github.com/BurntSushi/toml"
-
+	"github.com/vdl-project/vdl/internal/tomlconf"
 	"github.com/vdl-project/vdl/raftnode"
+	"github.com/vdl-project/vdl/raftnode/producers"
 )
 
 // Config is a server's configuration, read from a TOML file (see
@@ -25,12 +25,23 @@ type Config struct {
 	// (default: KafkaListen) — advertise the address you listen on.
 	KafkaListen    string `toml:"kafka_listen"`
 	KafkaAdvertise string `toml:"kafka_advertise"`
+	// KafkaTLSListen, if set, is a second Kafka listener, TLS with this
+	// node's certificate ([tls]); peers advertise it as kafka_tls.
+	KafkaTLSListen string `toml:"kafka_tls_listen"`
 	RaftListen     string `toml:"raft_listen"`
 	AdminListen    string `toml:"admin_listen"`
 	// Profile is the Kafka protocol profile: "modern" (default) or "kafka-0.10".
 	Profile string `toml:"profile"`
-	// DC is this server's datacenter label.
-	DC string `toml:"dc"`
+	// DC is this server's datacenter label; Rack its rack in the DC
+	// (placement avoids two replicas of a stream on one rack).
+	DC   string `toml:"dc"`
+	Rack string `toml:"rack"`
+	// ConfigServers are the config servers' API addresses (host:port).
+	// With them the server learns its peers and streams from the config
+	// servers (docs/configserver.md): peers and streams are then not
+	// configured here. ReportIntervalMs is how often it reports (2000).
+	ConfigServers    []string `toml:"config_servers"`
+	ReportIntervalMs int      `toml:"report_interval_ms"`
 	// InitialClusterState says what an empty data dir is for: "new" (this
 	// server founds the cluster: its streams are bootstrapped with their
 	// replica sets) or "existing" (the default: it joins a running
@@ -46,10 +57,20 @@ type Config struct {
 	// leader is every group's coordinator). It is replicated on every peer
 	// and added to Streams by Validate. Default DefaultOffsetsStreamID.
 	OffsetsStreamID uint64 `toml:"offsets_stream_id"`
+	// ProducerIDExpirationMs is how long an idempotent producer's state
+	// (per stream: its epoch and last five batches) outlives its last
+	// batch, measured on the stream's log clock (its batches' timestamps),
+	// Kafka's producer.id.expiration.ms. Set it alike on every server.
+	// Default 86400000 (1 day).
+	ProducerIDExpirationMs int64 `toml:"producer_id_expiration_ms"`
 
 	Raft    RaftConfig    `toml:"raft"`
 	Storage StorageConfig `toml:"storage"`
+	Moves   MovesConfig   `toml:"moves"`
 	Log     LogConfig     `toml:"log"`
+	TLS     TLSConfig     `toml:"tls"`
+	Admin   AdminConfig   `toml:"admin"`
+	SASL    SASLConfig    `toml:"sasl"`
 }
 
 // Peer is a server of the replica set (this one included).
@@ -57,8 +78,11 @@ type Peer struct {
 	ID    uint64 `toml:"id"`
 	Raft  string `toml:"raft"`
 	Kafka string `toml:"kafka"` // advertised Kafka address
-	// Admin is the peer's admin HTTP address; servers copy a snapshot's
-	// entries from each other through it.
+	// KafkaTLS is the advertised address of its Kafka TLS listener (what
+	// clients of the TLS listener are told).
+	KafkaTLS string `toml:"kafka_tls"`
+	// Admin is the peer's admin HTTP address (operations on a stream are
+	// redirected to its leader's).
 	Admin string `toml:"admin"`
 	DC    string `toml:"dc"`
 }
@@ -75,11 +99,32 @@ type StreamConfig struct {
 	// applies them through replicated retention commands.
 	RetentionMs    int64 `toml:"retention_ms"`
 	RetentionBytes int64 `toml:"retention_bytes"`
+	// PreferredDC is the DC its leader should be in ("" : anywhere): the
+	// config servers' balancer moves it back there; a static cluster
+	// reports a leader outside it (vdl_stream_leader_outside_preferred_dc).
+	PreferredDC string `toml:"preferred_dc"`
+	// PreferredLeader is the replica that campaigns first when the
+	// stream is founded (the config servers' placement).
+	PreferredLeader uint64 `toml:"-"`
+	// Founders, when set (the config servers'), are the voters this
+	// server bootstraps the stream with when it founds it; Replicas may
+	// have changed since (a move started before this founder hosted it).
+	Founders []uint64 `toml:"-"`
 	// Join makes this server start the stream with an empty log that learns
 	// its membership from the leader (a server being added by a membership
 	// change), even where it would otherwise bootstrap it (a stream new to
 	// an initialised data dir).
 	Join bool `toml:"join"`
+}
+
+// bootstrapVoters are the voters a founding replica bootstraps the stream
+// with: the founders the config servers recorded (the placement it was
+// created with, not what moves made of it since), else the replicas.
+func (sc StreamConfig) bootstrapVoters() []uint64 {
+	if len(sc.Founders) > 0 {
+		return sc.Founders
+	}
+	return sc.Replicas
 }
 
 // RaftConfig tunes replication.
@@ -93,12 +138,32 @@ type RaftConfig struct {
 	// limit derives from it. Default 8 MiB.
 	MaxEntryBytes uint64 `toml:"max_entry_bytes"`
 	SyncWrites    bool   `toml:"sync_writes"` // turn the append pipeline off (benchmarks)
+	// Quiesce lets idle streams stop ticking and heartbeating (one
+	// liveness heartbeat per server pair stands for them). Default true;
+	// see docs/replication.md.
+	Quiesce *bool `toml:"quiesce"`
+}
+
+// quiesce reports whether idle groups quiesce (on unless set false).
+func (r RaftConfig) quiesce() bool { return r.Quiesce == nil || *r.Quiesce }
+
+// MovesConfig bounds what a replica move costs this server.
+type MovesConfig struct {
+	// CatchupBytesPerSec bounds the catch-up of learners (a replica a move
+	// adds) that this server feeds as a leader (appends, paced by Raft
+	// ticks) and the entries its own snapshot installs copy from peers:
+	// raftnode.HostConfig.CatchupBytesPerSec. 0 (default): unbounded.
+	CatchupBytesPerSec int64 `toml:"catchup_bytes_per_sec"`
 }
 
 // StorageConfig tunes the storage engine.
 type StorageConfig struct {
-	SegmentBytes   int64 `toml:"segment_bytes"`    // default 64 MiB
-	TailCacheBytes int64 `toml:"tail_cache_bytes"` // default 8 MiB per stream
+	SegmentBytes int64 `toml:"segment_bytes"` // default 64 MiB
+	// TailCacheBytes is the memory all streams share for their newest
+	// records (storage.TailBudget): the most recently written keep the
+	// most, up to all of it. Default a sixteenth of the machine's (or
+	// cgroup's) memory, between 64 MiB and 512 MiB.
+	TailCacheBytes int64 `toml:"tail_cache_bytes"`
 	// KeepPageCache leaves closed segments in the OS page cache (by
 	// default they are dropped: see storage.Options.KeepPageCache).
 	KeepPageCache bool `toml:"keep_page_cache"`
@@ -110,12 +175,45 @@ type StorageConfig struct {
 	// server refuses new data while it is in use or the free space is
 	// below it. Default 2 segments + 64 MiB; -1 disables.
 	ReservedBytes int64 `toml:"reserved_bytes"`
+	// OpenSegments bounds how many closed segments, across all streams,
+	// have their files open at once (3 descriptors each; storage.FileCache):
+	// descriptors then do not grow with data or stream count. Default 256.
+	OpenSegments int `toml:"open_segments"`
 }
 
 // LogConfig sets up structured logging.
 type LogConfig struct {
 	Level  string `toml:"level"`  // debug, info (default), warn, error
 	Format string `toml:"format"` // text (default) or json
+}
+
+// logLevels are the values [log] level and --log-level take.
+var logLevels = map[string]slog.Level{"debug": slog.LevelDebug, "info": slog.LevelInfo, "warn": slog.LevelWarn, "error": slog.LevelError}
+
+// SlogLevel is the configured level: info when unset, an error naming the
+// value and the allowed ones when unknown (a typo must not quietly log at
+// another level).
+func (c LogConfig) SlogLevel() (slog.Level, error) {
+	if c.Level == "" {
+		return slog.LevelInfo, nil
+	}
+	l, ok := logLevels[strings.ToLower(c.Level)]
+	if !ok {
+		return 0, fmt.Errorf("log level %q: want debug, info, warn or error", c.Level)
+	}
+	return l, nil
+}
+
+// Check reports an unknown level or format.
+func (c LogConfig) Check() error {
+	if _, err := c.SlogLevel(); err != nil {
+		return err
+	}
+	switch c.Format {
+	case "", "text", "json":
+		return nil
+	}
+	return fmt.Errorf("log format %q: want text or json", c.Format)
 }
 
 // DefaultRetentionMs is a stream's default retention_ms: 7 days.
@@ -131,22 +229,7 @@ const OffsetsStreamName = "__consumer_offsets"
 // silently ignored.
 func LoadConfig(path string) (Config, error) {
 	var c Config
-	data, err := os.ReadFile(path)
-	if err != nil {
-		return c, err
-	}
-	md, err := toml.Decode(string(data), &c)
-	if err != nil {
-		return c, fmt.Errorf("config %s: %w", path, err)
-	}
-	if un := md.Undecoded(); len(un) > 0 {
-		keys := make([]string, len(un))
-		for i, k := range un {
-			keys[i] = k.String()
-		}
-		return c, fmt.Errorf("config %s: unknown keys: %s", path, strings.Join(keys, ", "))
-	}
-	return c, nil
+	return c, tomlconf.Load(path, &c)
 }
 
 // Validate fills defaults and checks the configuration.
@@ -169,6 +252,14 @@ func (c *Config) Validate() error {
 	if c.KafkaAdvertise == "" {
 		c.KafkaAdvertise = c.KafkaListen
 	}
+	if c.KafkaTLSListen != "" {
+		if _, _, err := net.SplitHostPort(c.KafkaTLSListen); err != nil {
+			errs = append(errs, fmt.Errorf("kafka_tls_listen %q: %v", c.KafkaTLSListen, err))
+		}
+	}
+	if err := c.Log.Check(); err != nil {
+		errs = append(errs, err)
+	}
 	switch c.InitialClusterState {
 	case "":
 		c.InitialClusterState = "existing"
@@ -176,12 +267,18 @@ func (c *Config) Validate() error {
 	default:
 		errs = append(errs, fmt.Errorf("initial_cluster_state %q: want new or existing", c.InitialClusterState))
 	}
+	if c.Moves.CatchupBytesPerSec < 0 {
+		errs = append(errs, fmt.Errorf("[moves] catchup_bytes_per_sec %d: want a rate in bytes per second, or 0 for none", c.Moves.CatchupBytesPerSec))
+	}
 	switch c.Profile {
 	case "":
 		c.Profile = "modern"
 	case "modern", "kafka-0.10":
 	default:
 		errs = append(errs, fmt.Errorf("profile %q: want modern or kafka-0.10", c.Profile))
+	}
+	if len(c.ConfigServers) > 0 {
+		errs = append(errs, c.validateControlled()...)
 	}
 	ids := map[uint64]bool{}
 	self := false
@@ -200,7 +297,9 @@ func (c *Config) Validate() error {
 	if c.OffsetsStreamID == 0 {
 		c.OffsetsStreamID = DefaultOffsetsStreamID
 	}
-	if !slices.ContainsFunc(c.Streams, func(s StreamConfig) bool { return s.Name == OffsetsStreamName }) {
+	if len(c.ConfigServers) > 0 {
+		// The config servers create the offsets stream.
+	} else if !slices.ContainsFunc(c.Streams, func(s StreamConfig) bool { return s.Name == OffsetsStreamName }) {
 		// The offsets stream is compacted by the coordinator, never aged out.
 		c.Streams = append(c.Streams, StreamConfig{Name: OffsetsStreamName, ID: c.OffsetsStreamID, RetentionMs: -1})
 	} else if i := slices.IndexFunc(c.Streams, func(s StreamConfig) bool { return s.Name == OffsetsStreamName }); c.Streams[i].ID != c.OffsetsStreamID || len(c.Streams[i].Replicas) != len(c.Peers) {
@@ -240,6 +339,12 @@ func (c *Config) Validate() error {
 	if c.Raft.TickMillis == 0 {
 		c.Raft.TickMillis = 100
 	}
+	if c.ProducerIDExpirationMs == 0 {
+		c.ProducerIDExpirationMs = producers.DefaultExpirationMs
+	}
+	if c.ProducerIDExpirationMs < 0 {
+		errs = append(errs, fmt.Errorf("producer_id_expiration_ms %d: want a positive number of ms", c.ProducerIDExpirationMs))
+	}
 	if c.Raft.MaxEntryBytes == 0 {
 		c.Raft.MaxEntryBytes = raftnode.DefaultMaxEntryBytes
 	}
@@ -253,13 +358,48 @@ func (c *Config) Validate() error {
 	if c.Storage.SegmentBytes == 0 {
 		c.Storage.SegmentBytes = 64 << 20
 	}
+	if c.Storage.TailCacheBytes < 0 {
+		errs = append(errs, fmt.Errorf("storage.tail_cache_bytes %d is negative", c.Storage.TailCacheBytes))
+	}
+	if c.Storage.TailCacheBytes == 0 {
+		c.Storage.TailCacheBytes = defaultTailBudget()
+	}
 	if c.Storage.RetentionCheckMs == 0 {
 		c.Storage.RetentionCheckMs = 30000
 	}
 	if c.Storage.ReservedBytes == 0 {
 		c.Storage.ReservedBytes = 2*c.Storage.SegmentBytes + 64<<20
 	}
+	if c.Storage.OpenSegments < 0 {
+		errs = append(errs, fmt.Errorf("storage.open_segments %d is negative", c.Storage.OpenSegments))
+	}
+	if c.Storage.OpenSegments == 0 {
+		c.Storage.OpenSegments = 256
+	}
+	errs = append(errs, c.validateSecurity()...)
+	errs = append(errs, c.validateSASL()...)
 	return errors.Join(errs...)
+}
+
+// validateControlled checks a server of the config servers: it knows
+// itself, not its peers or streams.
+func (c *Config) validateControlled() []error {
+	var errs []error
+	if len(c.Streams) > 0 {
+		errs = append(errs, errors.New("streams: with config_servers, streams are created through the config servers (vdlctl stream create), not configured"))
+	}
+	for _, a := range c.ConfigServers {
+		if _, _, err := net.SplitHostPort(a); err != nil {
+			errs = append(errs, fmt.Errorf("config_servers %q: %v", a, err))
+		}
+	}
+	if c.ReportIntervalMs <= 0 {
+		c.ReportIntervalMs = 2000
+	}
+	if len(c.Peers) == 0 {
+		c.Peers = []Peer{{ID: c.NodeID, Raft: c.RaftListen, Kafka: c.KafkaAdvertise, KafkaTLS: c.KafkaTLSListen, Admin: c.AdminListen, DC: c.DC}}
+	}
+	return errs
 }
 
 // Peer returns the peer with id.

@@ -2,12 +2,15 @@ package server
 
 import (
 	"bufio"
+	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
 
 	"go.etcd.io/raft/v3/raftpb"
@@ -18,7 +21,9 @@ import (
 
 // Copying a snapshot's entries between servers: a follower that installs a
 // Raft snapshot copies the entries the snapshot stands for from a peer
-// (the leader first) with GET /internal/raft/{group}/entries?from=&to=.
+// (the leader first) with GET /internal/raft/{group}/entries?from=&to=,
+// on the peer's raft listener (mutual TLS; the transport hands HTTP
+// connections to peerMux).
 // The answer is a run of [u32 length][protobuf raftpb.Entry], read
 // sequentially from the peer's log, at most maxEntriesBytes per request,
 // never past the peer's commit index (storage.Log.CommittedEntries), with
@@ -27,7 +32,41 @@ import (
 
 const maxEntriesBytes = 8 << 20
 
-var entriesClient = &http.Client{Timeout: 30 * time.Second}
+// peerMux is the HTTP the raft listener serves to peers: only peers reach
+// it (their certificates are checked by the transport).
+func (s *Server) peerMux() *http.ServeMux {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /internal/raft/{group}/entries", s.handleEntries)
+	mux.HandleFunc("POST /internal/raft/{group}/config", s.handleConfig)
+	mux.HandleFunc("GET /internal/raft/{group}/config", s.handleLeaderConfig)
+	mux.HandleFunc("POST /internal/producer-ids", s.handleProducerIDs)
+	return mux
+}
+
+// peerHTTP is the client of the peers' HTTP: each request goes to the
+// node its URL's host names ("node-<id>"), over the transport's mutual
+// TLS connection to it.
+func (s *Server) peerHTTP() *http.Client {
+	dial := func(_ context.Context, _, addr string) (net.Conn, error) {
+		host, _, _ := net.SplitHostPort(addr)
+		id, err := strconv.ParseUint(strings.TrimPrefix(host, "node-"), 10, 64)
+		if err != nil {
+			return nil, fmt.Errorf("peer HTTP: bad host %q", host)
+		}
+		return s.transport.DialHTTP(id)
+	}
+	return &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{
+		DialContext: dial, DialTLSContext: dial, MaxIdleConnsPerHost: 2, IdleConnTimeout: time.Minute}}
+}
+
+// peerURL is the URL of path on peer's raft listener.
+func (s *Server) peerURL(peer uint64, path string) string {
+	scheme := "http"
+	if s.sec.secure() {
+		scheme = "https"
+	}
+	return fmt.Sprintf("%s://node-%d%s", scheme, peer, path)
+}
 
 func (s *Server) handleEntries(w http.ResponseWriter, r *http.Request) {
 	group, err1 := strconv.ParseUint(r.PathValue("group"), 10, 64)
@@ -82,16 +121,15 @@ const prevTermHeader = "Vdl-Prev-Term"
 // fetchEntries copies committed entries [from, to] of a group from a peer
 // (raftnode.EntryFetcher).
 func (s *Server) fetchEntries(group, peer, from, to uint64) ([]*raftpb.Entry, uint64, error) {
-	p, ok := s.cfg.Peer(peer)
-	if !ok || p.Admin == "" {
-		return nil, 0, fmt.Errorf("peer %d has no admin address to copy entries from", peer)
+	if _, ok := s.dir.Peer(peer); !ok {
+		return nil, 0, fmt.Errorf("node %d is not a peer", peer)
 	}
-	u := fmt.Sprintf("http://%s/internal/raft/%d/entries?from=%d&to=%d", p.Admin, group, from, to)
+	u := s.peerURL(peer, fmt.Sprintf("/internal/raft/%d/entries?from=%d&to=%d", group, from, to))
 	req, err := http.NewRequestWithContext(s.ctx, http.MethodGet, u, nil)
 	if err != nil {
 		return nil, 0, err
 	}
-	resp, err := entriesClient.Do(req)
+	resp, err := s.peerClient.Do(req)
 	if err != nil {
 		return nil, 0, err
 	}
@@ -126,7 +164,11 @@ func (s *Server) fetchEntries(group, peer, from, to uint64) ([]*raftpb.Entry, ui
 			return out, prev, err
 		}
 		e := &raftpb.Entry{}
-		if err := proto.Unmarshal(b, e); err != nil {
+		err := proto.Unmarshal(b, e)
+		if err == nil {
+			err = storage.CheckEntry(e) // never hand the log an entry that would stop it
+		}
+		if err != nil {
 			return out, prev, fmt.Errorf("bad entry from peer %d: %w", peer, err)
 		}
 		out = append(out, e)

@@ -158,11 +158,11 @@ func (p *peerBook) hears(node uint64, t raftpb.MessageType) bool {
 	return p.r.Hears(node, t)
 }
 
-// tells reports whether a message is sent to node (Roster.Tells).
-func (p *peerBook) tells(node uint64, t raftpb.MessageType) bool {
+// tells reports whether a message of group is sent to node (Roster.Tells).
+func (p *peerBook) tells(node, group uint64, t raftpb.MessageType) bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return p.r.Tells(node, t)
+	return p.r.Tells(node, group, t)
 }
 
 func (p *peerBook) stale(node uint64) bool {
@@ -205,7 +205,7 @@ func readFile(fsys vfs.FS, name string, v any) (bool, error) {
 	if err != nil {
 		return false, err
 	}
-	if size > 1<<20 {
+	if size > 64<<20 { // a bound against a corrupt file; an assignment of 10,000 streams is a few MiB
 		return false, fmt.Errorf("%s: %d bytes is too large", name, size)
 	}
 	f, err := fsys.Open(name)
@@ -232,23 +232,5 @@ func writeFile(fsys vfs.FS, dir, name string, v any) error {
 	if err != nil {
 		return err
 	}
-	tmp := path.Join(dir, name+".tmp")
-	f, err := fsys.Create(tmp)
-	if err != nil {
-		return err
-	}
-	_, err = f.WriteAt(append(b, '\n'), 0)
-	if err == nil {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		return err
-	}
-	if err := fsys.Rename(tmp, path.Join(dir, name)); err != nil {
-		return err
-	}
-	return fsys.SyncDir(dir)
+	return vfs.ReplaceFile(fsys, dir, name, append(b, '\n'))
 }

@@ -256,7 +256,7 @@ func (s *Server) memberID(w http.ResponseWriter, r *http.Request) (uint64, bool)
 		jsonError(w, http.StatusBadRequest, "member id %q: want a node id", r.PathValue("id"))
 		return 0, false
 	}
-	if _, ok := s.cfg.Peer(id); !ok {
+	if _, ok := s.dir.Peer(id); !ok {
 		jsonError(w, http.StatusBadRequest, "unknown node %d: it is not in this server's [[peers]] (add it to every server's configuration first)", id)
 		return 0, false
 	}
@@ -286,13 +286,16 @@ func (s *Server) onLeader(w http.ResponseWriter, r *http.Request) (*stream, raft
 	case gs.Leader == 0:
 		jsonError(w, http.StatusServiceUnavailable, "stream %q has no leader right now; retry", name)
 	default:
-		p, known := s.cfg.Peer(gs.Leader)
+		p, known := s.dir.Peer(gs.Leader)
 		if !known || p.Admin == "" {
 			jsonError(w, http.StatusMisdirectedRequest, "not the leader of %q; the leader is node %d (no admin address known)", name, gs.Leader)
 			break
 		}
 		u := *r.URL
 		u.Scheme, u.Host = "http", p.Admin
+		if s.sec.secure() {
+			u.Scheme = "https"
+		}
 		http.Redirect(w, r, u.String(), http.StatusTemporaryRedirect)
 	}
 	return nil, raftnode.GroupStatus{}, false

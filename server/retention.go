@@ -44,16 +44,55 @@ func (s *Server) runRetention() {
 			return
 		case <-t.C:
 			s.applyRetention(time.Now().UnixMilli())
+			s.applyPreferredDC()
 		}
+	}
+}
+
+// parkInterval is how often idle streams' files are handed to the cache:
+// a stream written nothing for one to two intervals is parked.
+const parkInterval = 5 * time.Second
+
+// runParking parks idle streams' files until the server closes.
+func (s *Server) runParking() {
+	defer s.wg.Done()
+	t := time.NewTicker(parkInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-s.ctx.Done():
+			return
+		case <-t.C:
+			s.parkIdle()
+		}
+	}
+}
+
+// parkIdle hands the active segment files of the streams written nothing
+// since the last call to the file cache (storage.Log.Park): descriptors
+// are then bounded by open_segments, not by the number of streams.
+func (s *Server) parkIdle() {
+	s.mu.Lock()
+	logs := make([]*storage.Log, 0, len(s.opened))
+	for _, st := range s.opened {
+		logs = append(logs, st.log)
+	}
+	s.mu.Unlock()
+	for _, l := range logs {
+		l.Park()
 	}
 }
 
 // applyRetention proposes the retention due on the streams this server leads.
 func (s *Server) applyRetention(nowMs int64) {
+	type hostedStream struct {
+		cfg StreamConfig // a copy: the config servers may alter a policy meanwhile
+		log *storage.Log
+	}
 	s.mu.Lock()
-	var hosted []*stream
+	var hosted []hostedStream
 	for _, st := range s.streams {
-		hosted = append(hosted, st)
+		hosted = append(hosted, hostedStream{st.cfg, st.log})
 	}
 	s.mu.Unlock()
 	for _, st := range hosted {
@@ -61,7 +100,8 @@ func (s *Server) applyRetention(nowMs int64) {
 			continue
 		}
 		hwm, _, _ := s.host.HighWatermark(st.cfg.ID)
-		data, before, ok := RetentionDue(st.log, st.cfg.Policy(), nowMs, hwm)
+		policy := EffectivePolicy(st.cfg, st.log)
+		data, before, ok := RetentionDue(st.log, policy, nowMs, hwm)
 		if !ok {
 			continue
 		}
@@ -73,6 +113,6 @@ func (s *Server) applyRetention(nowMs int64) {
 			continue
 		}
 		s.log.Info("retention policy applied", "stream", st.cfg.Name, "before", before,
-			"retention_ms", st.cfg.RetentionMs, "retention_bytes", st.cfg.RetentionBytes)
+			"retention_ms", policy.MaxAge, "retention_bytes", policy.MaxBytes)
 	}
 }

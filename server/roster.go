@@ -79,11 +79,37 @@ func (r *Roster) Hears(node uint64, t raftpb.MessageType) bool {
 	return !r.Stale(node) || isRequest(t)
 }
 
-// Tells reports whether a message of type t is sent to node: always,
-// except to a node that presented another data dir than the one known;
-// to that one only answers to its requests (a leader's or a candidate's).
-func (r *Roster) Tells(node uint64, t raftpb.MessageType) bool {
-	return !r.Stale(node) || !isRequest(t)
+// Tells reports whether a message of type t in group is sent to node:
+// always, except
+//   - to a node that presented another data dir than the one known: to
+//     that one only answers to its requests (a leader's or a candidate's);
+//   - a request to a node that is not a member of a hosted group: raft
+//     computed it from the node's progress before the node left (a
+//     heartbeat sent behind a storage write, say), and once it left every
+//     group here its old dir is forgotten, so the stale-dir rule above no
+//     longer stops it (simulator seed 559 with quiescence: a wiped replica
+//     was told its old disk's commit index 2 ms after its removal applied,
+//     and panicked).
+func (r *Roster) Tells(node, group uint64, t raftpb.MessageType) bool {
+	if !isRequest(t) {
+		return true
+	}
+	if cs, hosted := r.members[group]; hosted && known(cs) && !isMember(cs, node) {
+		return false
+	}
+	return !r.Stale(node)
+}
+
+// known reports whether cs names any member: a replica that joins with an
+// empty log knows its group's membership only once a snapshot brings it.
+func known(cs *raftpb.ConfState) bool {
+	return len(cs.GetVoters())+len(cs.GetLearners()) > 0
+}
+
+// isMember reports whether node is in cs (joint configurations included).
+func isMember(cs *raftpb.ConfState, node uint64) bool {
+	return slices.Contains(cs.GetVoters(), node) || slices.Contains(cs.GetLearners(), node) ||
+		slices.Contains(cs.GetVotersOutgoing(), node) || slices.Contains(cs.GetLearnersNext(), node)
 }
 
 // isRequest: a leader's or a candidate's request to a follower or voter.

@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -52,27 +53,45 @@ func Run(ctx context.Context, cfg Config, logger *slog.Logger) error {
 
 // Serve opens the Kafka and admin listeners; listener failures go to errc.
 func (s *Server) Serve(errc chan<- error) error {
+	var be kafka.Backend = NewBackend(s.host, catalog{s})
+	if s.control != nil {
+		be = adminBackend{Backend: be.(*Backend), s: s}
+	}
 	ks, err := kafka.NewServer(kafka.Config{Profile: s.cfg.Profile, ClusterID: s.cfg.ClusterID,
-		MaxRecordSetBytes: int(s.cfg.Raft.MaxEntryBytes) - 1}, NewBackend(s.host, catalog{s}), s.log)
+		MaxRecordSetBytes: int(s.cfg.Raft.MaxEntryBytes) - 1, Observer: s.metrics,
+		ForwardProducerIDs: s.forwardProducerIDs}, be, s.log)
 	if err != nil {
 		return err
 	}
+	s.pids.Store(ks.Groups().ProducerIDs())
 	kl, err := net.Listen("tcp", s.cfg.KafkaListen)
 	if err != nil {
 		return fmt.Errorf("kafka listener: %w", err)
 	}
 	s.kafka = ks
-	go func() {
-		if err := ks.Serve(kl); err != nil && !errors.Is(err, kafka.ErrServerClosed) {
+	serve := func(l net.Listener, lo kafka.Listener) {
+		if err := ks.ServeWith(l, lo); err != nil && !errors.Is(err, kafka.ErrServerClosed) {
 			errc <- err
 		}
-	}()
+	}
+	go serve(kl, kafka.Listener{Name: "plain", SASL: s.saslOn("plain")})
+	if s.cfg.KafkaTLSListen != "" {
+		tl, err := net.Listen("tcp", s.cfg.KafkaTLSListen)
+		if err != nil {
+			return fmt.Errorf("kafka TLS listener: %w", err)
+		}
+		go serve(tls.NewListener(tl, s.sec.listenerTLS()), kafka.Listener{Name: "tls", SASL: s.saslOn("tls"), Brokers: catalog{s}.TLSBrokers})
+	}
 	if s.cfg.AdminListen != "" {
 		al, err := net.Listen("tcp", s.cfg.AdminListen)
 		if err != nil {
 			return fmt.Errorf("admin listener: %w", err)
 		}
-		s.admin = &http.Server{Handler: s.adminMux(), ReadHeaderTimeout: 10 * time.Second}
+		if s.sec.secure() {
+			al = tls.NewListener(al, s.sec.listenerTLS())
+		}
+		s.admin = &http.Server{Handler: s.authorize(s.adminMux()), ReadHeaderTimeout: 10 * time.Second,
+			ReadTimeout: time.Minute, IdleTimeout: 2 * time.Minute, MaxHeaderBytes: 64 << 10}
 		go func() {
 			if err := s.admin.Serve(al); err != nil && !errors.Is(err, http.ErrServerClosed) {
 				errc <- err
@@ -82,14 +101,7 @@ func (s *Server) Serve(errc chan<- error) error {
 	return nil
 }
 
-func (s *Server) streamConfig(name string) (StreamConfig, bool) {
-	for _, sc := range s.cfg.Streams {
-		if sc.Name == name {
-			return sc, true
-		}
-	}
-	return StreamConfig{}, false
-}
+func (s *Server) streamConfig(name string) (StreamConfig, bool) { return s.dir.Stream(name) }
 
 func sortedStrings(s []string) []string {
 	slices.Sort(s)

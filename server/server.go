@@ -11,10 +11,12 @@ import (
 	"path"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.etcd.io/raft/v3/raftpb"
 
+	"github.com/vdl-project/vdl/internal/pki"
 	"github.com/vdl-project/vdl/kafka"
 	"github.com/vdl-project/vdl/raftnode"
 	"github.com/vdl-project/vdl/raftnode/transport"
@@ -30,13 +32,22 @@ type Server struct {
 	host      *raftnode.Host
 	transport *transport.Transport
 	kafka     *kafka.Server
+	pids      atomic.Pointer[kafka.ProducerIDs] // set with kafka: the peers' HTTP serves before it
 	admin     *http.Server
 	adminLn   net.Listener
+	metrics   *metrics
 
-	ident  Identity
-	peers  *peerBook
-	space  *storage.Space
-	dirOps chan func() // peer bookkeeping of membership changes, in order
+	ident      Identity
+	dir        *directory    // peers and streams: configured, or from the config servers
+	control    *controlPlane // nil without config servers
+	sec        *security
+	users      *userStore   // Kafka SASL users; nil without [sasl]
+	peerClient *http.Client // the peers' HTTP (peerHTTP)
+	peers      *peerBook
+	space      *storage.Space
+	files      *storage.FileCache  // closed segments' file handles, shared by the streams
+	tailBudget *storage.TailBudget // the streams' tail caches' memory, shared by recency
+	dirOps     chan func()         // peer bookkeeping of membership changes, in order
 
 	// ctx ends when the server closes (snapshot entry copies, waits).
 	ctx    context.Context
@@ -56,8 +67,14 @@ type Server struct {
 
 // stream is a hosted log stream: its Raft group and its log.
 type stream struct {
-	cfg StreamConfig
-	log *storage.Log
+	cfg     StreamConfig
+	log     *storage.Log
+	traffic *streamTraffic
+	removed bool // deleted through the config servers (under Server.mu)
+	// floor is the highest retention point this server saw committed
+	// (Backend.Retain): reads respect it at once, before the storage
+	// pipeline has applied the command (DeleteRecords' "at once").
+	floor atomic.Int64
 }
 
 // New opens the data dir (refusing another cluster's or node's), opens
@@ -81,8 +98,22 @@ func newServer(cfg Config, logger *slog.Logger, fsys vfs.FS) (*Server, error) {
 		logger = slog.Default()
 	}
 	s := &Server{cfg: cfg, log: logger, fs: fsys, streams: map[string]*stream{}, byGroup: map[uint64]*stream{},
-		dirOps: make(chan func(), 64)}
+		dirOps: make(chan func(), 64), metrics: newMetrics(), dir: newDirectory(cfg.Peers, cfg.Streams)}
+	s.metrics.reg.MustRegister(newRaftCollector(s), newGroupCollector(s), newStreamCollector(s))
 	s.ctx, s.cancel = context.WithCancel(context.Background())
+	sec, err := loadSecurity(&cfg)
+	if err != nil {
+		return nil, err
+	}
+	s.sec = sec
+	if cfg.SASL.UsersFile != "" {
+		if s.users, err = openUserStore(cfg.SASL.UsersFile, logger); err != nil {
+			return nil, err
+		}
+	}
+	if !sec.secure() {
+		logger.Warn("insecure_peers: the raft listener is plain text and unauthenticated; whoever reaches it can forge raft messages")
+	}
 	mode, err := s.initIdentity()
 	if err != nil {
 		return nil, err
@@ -92,13 +123,19 @@ func newServer(cfg Config, logger *slog.Logger, fsys vfs.FS) (*Server, error) {
 	}
 	s.space = storage.NewSpace(s.fs, cfg.DataDir, max(cfg.Storage.ReservedBytes, 0))
 	s.space.OnChange = s.spaceChanged
+	s.files = storage.NewFileCache(cfg.Storage.OpenSegments)
+	tail := cfg.Storage.TailCacheBytes
+	if tail <= 0 { // a Config that did not go through Validate
+		tail = defaultTailBudget()
+	}
+	s.tailBudget = storage.NewTailBudget(tail)
 	s.wg.Add(1)
 	go s.runDirOps()
 	peers := map[uint64]string{}
 	for _, p := range cfg.Peers {
 		peers[p.ID] = p.Raft
 	}
-	s.transport = transport.New(transport.Config{
+	tc := transport.Config{
 		NodeID:         cfg.NodeID,
 		ClusterID:      clusterHash(cfg.ClusterID),
 		DirID:          s.ident.DirID,
@@ -109,8 +146,14 @@ func newServer(cfg Config, logger *slog.Logger, fsys vfs.FS) (*Server, error) {
 		Unreachable:    func(g, p uint64) { s.host.ReportUnreachable(g, p) },
 		SnapshotStatus: func(g, p uint64, failed bool) { s.host.ReportSnapshot(g, p, !failed) },
 		MaxFrameBytes:  raftnode.MaxFrameBytes(cfg.Raft.MaxEntryBytes, 0),
+		HTTP:           s.peerMux(),
 		Logger:         logger.With("component", "transport"),
-	})
+	}
+	if sec.secure() {
+		tc.TLSServer, tc.TLSClient, tc.PeerID = sec.peerServer(), sec.peerClient, pki.NodeID
+	}
+	s.transport = transport.New(tc)
+	s.peerClient = s.peerHTTP()
 	s.host = raftnode.NewHost(raftnode.HostConfig{
 		Core: raftnode.Config{
 			ID:                  cfg.NodeID,
@@ -119,15 +162,44 @@ func newServer(cfg Config, logger *slog.Logger, fsys vfs.FS) (*Server, error) {
 			MaxUncommittedBytes: cfg.Raft.MaxUncommittedBytes,
 			MaxEntryBytes:       cfg.Raft.MaxEntryBytes,
 			SyncWrites:          cfg.Raft.SyncWrites,
+			// The same on every server (docs/kafka.md "Idempotent producers").
+			ProducerExpirationMs: cfg.ProducerIDExpirationMs,
+			NoQuiesce:            !cfg.Raft.quiesce(),
 		},
-		TickInterval: time.Duration(cfg.Raft.TickMillis) * time.Millisecond,
-		Sender:       peerSender{s},
-		Fetch:        s.fetchEntries,
-		Logger:       logger,
-		OnMembership: s.onMembership,
+		TickInterval:       time.Duration(cfg.Raft.TickMillis) * time.Millisecond,
+		Sender:             peerSender{s},
+		Fetch:              s.fetchEntries,
+		CatchupBytesPerSec: cfg.Moves.CatchupBytesPerSec,
+		Logger:             logger,
+		OnMembership:       s.onMembership,
+		ObserveWrite:       func(d time.Duration) { s.metrics.writeSeconds.Observe(d.Seconds()) },
+		ObserveSync:        func(d time.Duration) { s.metrics.syncSeconds.Observe(d.Seconds()) },
+		ObserveCommit:      func(d time.Duration) { s.metrics.commitSeconds.Observe(d.Seconds()) },
+		ObserveInstall: func(err error) {
+			result := "ok"
+			if err != nil {
+				result = "failed"
+			}
+			s.metrics.installs.WithLabelValues(result).Inc()
+		},
 	})
+	streams := cfg.Streams
+	if len(cfg.ConfigServers) > 0 {
+		if s.control, err = s.newControlPlane(); err != nil {
+			return nil, err
+		}
+		if a, ok := s.cachedAssignment(); ok {
+			// Restart with what was assigned last; founders that lost
+			// their data dir are refused above (openStream).
+			for _, st := range a.Streams {
+				streams = append(streams, s.streamConfigOf(st))
+			}
+			s.dir.set(nil, streams)
+			s.control.version.Store(a.Version)
+		}
+	}
 	var waiting []*stream
-	for _, sc := range cfg.Streams {
+	for _, sc := range streams {
 		if !containsID(sc.Replicas, cfg.NodeID) {
 			continue
 		}
@@ -155,9 +227,15 @@ func newServer(cfg Config, logger *slog.Logger, fsys vfs.FS) (*Server, error) {
 		s.wg.Add(1)
 		go s.hostWhenFoundersKnown(st)
 	}
-	s.wg.Add(2)
+	s.wg.Add(3)
 	go s.runRetention()
 	go s.watchSpace()
+	go s.runParking()
+	if s.control != nil {
+		s.wg.Add(2)
+		go s.runControlPlane()
+		go s.applyAnswers()
+	}
 	return s, nil
 }
 
@@ -226,30 +304,33 @@ func (s *Server) openStream(sc StreamConfig, mode startMode) (*stream, bool, err
 			"this server lost its data and must be replaced (docs/operations.md, replacing a server)", ErrIdentity, sc.Name, dir)
 	}
 	l, err := storage.Open(storage.Options{
-		FS:             s.fs,
-		Dir:            dir,
-		Stream:         sc.ID,
-		SegmentSize:    s.cfg.Storage.SegmentBytes,
-		TailCacheBytes: s.cfg.Storage.TailCacheBytes,
-		KeepPageCache:  s.cfg.Storage.KeepPageCache,
-		Space:          s.space,
-		Logger:         s.log.With("stream", sc.Name),
+		FS:            s.fs,
+		Dir:           dir,
+		Stream:        sc.ID,
+		SegmentSize:   s.cfg.Storage.SegmentBytes,
+		TailBudget:    s.tailBudget,
+		ReadAhead:     true,
+		KeepPageCache: s.cfg.Storage.KeepPageCache,
+		Space:         s.space,
+		Files:         s.files,
+		Logger:        s.log.With("stream", sc.Name),
 	})
 	if err != nil {
 		return nil, false, fmt.Errorf("stream %s: %w", sc.Name, err)
 	}
 	s.checkPromised(sc.ID, l)
-	st := &stream{cfg: sc, log: l}
+	st := &stream{cfg: sc, log: l, traffic: s.metrics.streamTraffic(sc.Name)}
 	s.mu.Lock()
 	s.opened = append(s.opened, st)
 	s.mu.Unlock()
 	if !known {
 		s.ident.Streams = append(s.ident.Streams, sc.ID)
 		if mode != joining && !sc.Join {
-			if err := l.Bootstrap(&raftpb.ConfState{Voters: sc.Replicas}); err != nil {
+			voters := sc.bootstrapVoters()
+			if err := l.Bootstrap(&raftpb.ConfState{Voters: voters}); err != nil {
 				return nil, false, fmt.Errorf("stream %s: bootstrap: %w", sc.Name, err)
 			}
-			s.log.Info("stream bootstrapped", "stream", sc.Name, "group", sc.ID, "voters", sc.Replicas)
+			s.log.Info("stream bootstrapped", "stream", sc.Name, "group", sc.ID, "voters", voters)
 		} else {
 			s.log.Info("stream joining: it waits to be added to the group's membership", "stream", sc.Name, "group", sc.ID)
 		}
@@ -299,9 +380,17 @@ func (s *Server) hostWhenFoundersKnown(st *stream) {
 				missing = append(missing, id)
 			}
 		}
+		s.mu.Lock()
+		removed := st.removed
+		s.mu.Unlock()
+		if removed {
+			return
+		}
 		if len(missing) == 0 {
 			if err := s.hostStream(st); err != nil && s.ctx.Err() == nil {
 				s.log.Error("cannot start stream", "stream", st.cfg.Name, "err", err)
+			} else if st.cfg.PreferredLeader == s.cfg.NodeID {
+				_ = s.host.Campaign(st.cfg.ID) // the placement's leader first
 			}
 			return
 		}
@@ -381,7 +470,7 @@ type peerSender struct{ s *Server }
 
 func (p peerSender) Send(group uint64, m *raftpb.Message) {
 	switch {
-	case p.s.peers.tells(m.GetTo(), m.GetType()):
+	case p.s.peers.tells(m.GetTo(), group, m.GetType()):
 		p.s.transport.Send(group, m)
 	case m.GetType() == raftpb.MsgSnap:
 		// Raft waits for a snapshot's outcome: report it (off the host's

@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -9,6 +10,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -16,44 +18,53 @@ import (
 	"github.com/stretchr/testify/require"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/vdl-project/vdl/internal/pki"
 	"github.com/vdl-project/vdl/internal/testnet"
 	"github.com/vdl-project/vdl/vfs"
 )
 
-func freeAddr(t *testing.T) string {
+func freeAddr(t testing.TB) string {
 	t.Helper()
 	return testnet.FreeAddr(t)
 }
 
 type testCluster struct {
-	t       *testing.T
+	t       testing.TB
 	cfgs    []Config
 	servers []*Server
 	fss     []vfs.FS // nil: the OS file system
+	certs   string   // the cluster's certificates and admin token (pki.EnsureDir)
 }
 
-func newTestCluster(t *testing.T, segment int64) *testCluster {
+func newTestCluster(t testing.TB, segment int64) *testCluster {
 	return newTestClusterWith(t, func(c *Config) { c.Storage.SegmentBytes = segment })
 }
 
-func newTestClusterWith(t *testing.T, mod func(*Config)) *testCluster {
+func newTestClusterWith(t testing.TB, mod func(*Config)) *testCluster {
 	return newTestClusterOn(t, nil, mod)
 }
 
 // newTestClusterOn runs the servers on the given file systems (nil: the OS).
-func newTestClusterOn(t *testing.T, fss []vfs.FS, mod func(*Config)) *testCluster {
+func newTestClusterOn(t testing.TB, fss []vfs.FS, mod func(*Config)) *testCluster {
 	c := &testCluster{t: t, fss: fss}
 	var peers []Peer
 	for i := 1; i <= 3; i++ {
 		peers = append(peers, Peer{ID: uint64(i), Raft: freeAddr(t), Kafka: freeAddr(t), Admin: freeAddr(t)})
 	}
 	dir := t.TempDir()
+	c.certs = filepath.Join(dir, "certs")
+	require.NoError(t, pki.EnsureDir(c.certs, "test", []uint64{1, 2, 3}, nil, []string{"127.0.0.1"}, []string{"admin"}))
+	_, err := pki.EnsureToken(filepath.Join(c.certs, "admin.token"))
+	require.NoError(t, err)
 	for _, p := range peers {
 		c.cfgs = append(c.cfgs, Config{
 			NodeID: p.ID, ClusterID: "test", DataDir: filepath.Join(dir, fmt.Sprint(p.ID)),
 			KafkaListen: p.Kafka, RaftListen: p.Raft, AdminListen: p.Admin,
 			Peers: peers, Streams: []StreamConfig{{Name: "s", ID: 1}}, InitialClusterState: "new",
 			Raft: RaftConfig{TickMillis: 20},
+			TLS: TLSConfig{CAFile: filepath.Join(c.certs, "ca.crt"), CertFile: filepath.Join(c.certs, fmt.Sprintf("node%d.crt", p.ID)),
+				KeyFile: filepath.Join(c.certs, fmt.Sprintf("node%d.key", p.ID))},
+			Admin: AdminConfig{TokenFile: filepath.Join(c.certs, "admin.token")},
 		})
 		mod(&c.cfgs[len(c.cfgs)-1])
 	}
@@ -84,6 +95,32 @@ func (c *testCluster) start(i int) {
 	require.NoError(c.t, err)
 	require.NoError(c.t, s.Serve(make(chan error, 2)))
 	c.servers[i] = s
+}
+
+// adminClient is an HTTPS client of the admin API: with the admin token
+// (token), an operator certificate (cert "operator-admin"), a node's
+// certificate (cert "node1"), or nothing.
+func (c *testCluster) adminClient(token bool, cert string) *http.Client {
+	pool, err := pki.Pool(filepath.Join(c.certs, "ca.crt"))
+	require.NoError(c.t, err)
+	cfg := &tls.Config{RootCAs: pool}
+	if cert != "" {
+		pair, err := tls.LoadX509KeyPair(filepath.Join(c.certs, cert+".crt"), filepath.Join(c.certs, cert+".key"))
+		require.NoError(c.t, err)
+		cfg.Certificates = []tls.Certificate{pair}
+	}
+	var rt http.RoundTripper = &http.Transport{TLSClientConfig: cfg}
+	if token {
+		b, err := os.ReadFile(filepath.Join(c.certs, "admin.token"))
+		require.NoError(c.t, err)
+		rt = pki.Bearer{Token: strings.TrimSpace(string(b)), Next: rt}
+	}
+	return &http.Client{Timeout: 30 * time.Second, Transport: rt}
+}
+
+// adminPost posts to node i's admin API with the admin token.
+func (c *testCluster) adminPost(i int, path string) (*http.Response, error) {
+	return c.adminClient(true, "").Post("https://"+c.cfgs[i].AdminListen+path, "", nil)
 }
 
 func (c *testCluster) stop(i int) {
@@ -141,7 +178,7 @@ func TestSnapshotCatchUpOverHTTP(t *testing.T) {
 	l := c.leader()
 	require.GreaterOrEqual(t, l, 0)
 	hwm, _, _ := c.servers[l].Host().HighWatermark(1)
-	resp, err := http.Post(fmt.Sprintf("http://%s/streams/s/retain?before=%d", c.cfgs[l].AdminListen, hwm/2), "", nil)
+	resp, err := c.adminPost(l, fmt.Sprintf("/streams/s/retain?before=%d", hwm/2))
 	require.NoError(t, err)
 	body, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
@@ -149,7 +186,7 @@ func TestSnapshotCatchUpOverHTTP(t *testing.T) {
 	// A second command makes the first one's applied index durable, so the
 	// head segments can go.
 	produceValues(t, c.brokers(), "c", 10)
-	resp, err = http.Post(fmt.Sprintf("http://%s/streams/s/retain?before=%d", c.cfgs[l].AdminListen, hwm/2), "", nil)
+	resp, err = c.adminPost(l, fmt.Sprintf("/streams/s/retain?before=%d", hwm/2))
 	require.NoError(t, err)
 	resp.Body.Close()
 	first, err := c.servers[l].stream1().log.FirstIndex()
@@ -273,9 +310,11 @@ func TestRetentionPolicies(t *testing.T) {
 	require.Eventually(t, func() bool { return kept() < 256<<10+64<<10 }, 10*time.Second, 50*time.Millisecond,
 		"about retention_bytes kept (at most a segment more): %d", kept())
 	require.GreaterOrEqual(t, kept(), int64(256<<10), "at least retention_bytes kept")
-	st := c.servers[0].Status()
-	require.Equal(t, int64(256<<10), st.Streams[0].RetentionBytes)
-	require.Equal(t, int64(DefaultRetentionMs), st.Streams[0].RetentionMs)
+	st := c.servers[0].Status() // streams by name: __consumer_offsets, s
+	i := slices.IndexFunc(st.Streams, func(s StreamStatus) bool { return s.Name == "s" })
+	require.GreaterOrEqual(t, i, 0)
+	require.Equal(t, int64(256<<10), st.Streams[i].RetentionBytes)
+	require.Equal(t, int64(DefaultRetentionMs), st.Streams[i].RetentionMs)
 }
 
 // TestDiskFull: the disks of all three replicas fill up. Nobody fail-stops:
@@ -322,7 +361,7 @@ func TestDiskFull(t *testing.T) {
 	require.NoError(t, err)
 	require.NotEmpty(t, bs)
 	// Retention frees space; produces resume by themselves.
-	resp, err := http.Post(fmt.Sprintf("http://%s/streams/s/retain?before=%d", c.cfgs[l].AdminListen, hwm), "", nil)
+	resp, err := c.adminPost(l, fmt.Sprintf("/streams/s/retain?before=%d", hwm))
 	require.NoError(t, err)
 	body, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
@@ -333,4 +372,99 @@ func TestDiskFull(t *testing.T) {
 	for i, s := range c.servers {
 		require.NoError(t, s.Host().Err(), "node %d did not fail-stop", i+1)
 	}
+}
+
+// The admin API: reads are open; a change needs the admin token or an
+// operator certificate (401 without credentials, 403 with a node's
+// certificate), and a refused retention deletes nothing (one unauthenticated
+// curl used to make acknowledged records unreadable on every replica).
+func TestAdminChangesNeedCredentials(t *testing.T) {
+	c := newTestCluster(t, 64<<10)
+	require.Eventually(t, func() bool { return c.leader() >= 0 }, 20*time.Second, 20*time.Millisecond)
+	produceValues(t, c.brokers(), "a", 200)
+	l := c.leader()
+	hwm, _, _ := c.servers[l].Host().HighWatermark(1)
+	retain := fmt.Sprintf("https://%s/streams/s/retain?before=%d", c.cfgs[l].AdminListen, hwm)
+	post := func(cl *http.Client) (int, string) {
+		resp, err := cl.Post(retain, "", nil)
+		require.NoError(t, err)
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	code, body := post(c.adminClient(false, ""))
+	require.Equal(t, http.StatusUnauthorized, code, body)
+	require.Contains(t, body, `"error"`)
+	code, body = post(c.adminClient(false, "node2"))
+	require.Equal(t, http.StatusForbidden, code, body)
+	wrong := c.adminClient(false, "")
+	wrong.Transport = pki.Bearer{Token: "not-the-token", Next: wrong.Transport}
+	code, _ = post(wrong)
+	require.Equal(t, http.StatusUnauthorized, code)
+	for _, srv := range c.servers {
+		require.Equal(t, int64(0), srv.stream1().log.StartOffset(), "nothing deleted")
+	}
+	// Reads need no credentials.
+	resp, err := c.adminClient(false, "").Get("https://" + c.cfgs[l].AdminListen + "/status")
+	require.NoError(t, err)
+	resp.Body.Close()
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	// The token, or an operator certificate, is enough.
+	code, body = post(c.adminClient(false, "operator-admin"))
+	require.Equal(t, http.StatusOK, code, body)
+	code, body = post(c.adminClient(true, ""))
+	require.Equal(t, http.StatusOK, code, body)
+}
+
+// Idle streams hold no file descriptors of their own: their active
+// segments are parked in the server's file cache (open_segments), so a
+// server's descriptors do not grow with its streams; a parked stream is
+// written and read again as before.
+func TestIdleStreamsHoldNoDescriptors(t *testing.T) {
+	const streams, openSegments = 30, 2
+	c := newTestClusterWith(t, func(cfg *Config) {
+		for i := 2; i <= streams; i++ { // and s, which takes the writes
+			cfg.Streams = append(cfg.Streams, StreamConfig{Name: fmt.Sprintf("s%d", i), ID: uint64(i)})
+		}
+		cfg.Storage.OpenSegments = openSegments
+	})
+	segFiles := func(i int) int {
+		ents, err := os.ReadDir("/proc/self/fd")
+		require.NoError(t, err)
+		n := 0
+		for _, e := range ents {
+			target, err := os.Readlink(filepath.Join("/proc/self/fd", e.Name()))
+			if err == nil && strings.HasPrefix(target, c.cfgs[i].DataDir+"/") && strings.HasSuffix(target, ".seg") {
+				n++
+			}
+		}
+		return n
+	}
+	require.Eventually(t, func() bool { return c.leader() >= 0 }, 20*time.Second, 20*time.Millisecond)
+	produceValues(t, c.brokers(), "a", 20)
+	require.GreaterOrEqual(t, segFiles(0), streams, "every stream's active segment open")
+
+	require.Eventually(t, func() bool {
+		for i, s := range c.servers {
+			s.parkIdle()
+			if segFiles(i) > openSegments {
+				return false
+			}
+		}
+		return true
+	}, 20*time.Second, 200*time.Millisecond, "idle streams parked: at most open_segments files per server")
+
+	produceValues(t, c.brokers(), "b", 20) // stream s, parked, takes writes again
+	cl, err := kgo.NewClient(kgo.SeedBrokers(c.brokers()...), kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{"s": {0: kgo.NewOffset().AtStart()}}))
+	require.NoError(t, err)
+	defer cl.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var got int
+	for got < 40 {
+		fs := cl.PollFetches(ctx)
+		require.NoError(t, ctx.Err())
+		got += fs.NumRecords()
+	}
+	require.Equal(t, 40, got)
 }

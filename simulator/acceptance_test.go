@@ -97,6 +97,7 @@ var simCanaries = []struct {
 	{name: canary.ConfStateNotReplayed, by: []check{checkDurability}},
 	{name: canary.FollowerServesFetch, by: []check{checkLinearizable}},
 	{name: canary.NoReadFence, by: []check{checkLinearizable}, minRate: 0.10},
+	{name: canary.DedupOff, by: []check{"anomaly:" + check(checker.Duplicate), checkLinearizable}, minRate: 0.50},
 	{name: canary.Livelock, by: []check{checkWatchdog}},
 }
 

@@ -98,6 +98,14 @@ func runBatch(t *testing.T, start uint64, count int, budget time.Duration, mod f
 	return b
 }
 
+// cpEveryTenth runs every tenth seed of the batch with the control plane
+// (controlplane.go): such a seed costs about twice a plain one.
+func cpEveryTenth(cfg *Config) {
+	if cfg.Seed%10 == 0 {
+		cfg.ControlPlane = true
+	}
+}
+
 // TestSimBatch is the CI batch (and `make sim`): every seed must pass.
 func TestSimBatch(t *testing.T) {
 	if *flagSeed != 0 {
@@ -110,10 +118,11 @@ func TestSimBatch(t *testing.T) {
 			count = shortSeeds
 		}
 	}
-	b := runBatch(t, *flagStart, count, budget, nil, func(r *Result) bool {
+	b := runBatch(t, *flagStart, count, budget, cpEveryTenth, func(r *Result) bool {
 		if !r.OK {
 			report(t, r)
 			cfg := baseConfig(r.Seed)
+			cpEveryTenth(&cfg)
 			t.Errorf("seed %d FAILED: %s\n    replay: %s", r.Seed, r.Failures[0], replayCmd(cfg))
 		}
 		return true

@@ -12,12 +12,25 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/vdl-project/vdl/checker"
+	"github.com/vdl-project/vdl/raftnode/producers"
 )
 
 // client is a simulated Kafka client bound to one stream: it finds the
 // leader with Metadata, pipelines produces of unique values (acks=all) and
 // consumes with fetches, over simulated connections carrying real Kafka
 // request frames. Timeouts and disconnects make unknown outcomes.
+//
+// An idempotent client (idem) is an idempotent producer as franz-go's:
+// each value is a one-record batch with its producer id, epoch and
+// sequence; a value whose outcome it does not know (a timeout, a
+// disconnect, an error answer such as NOT_LEADER) is sent again, with the
+// same sequence, until it is acknowledged: the attempts are one write to
+// the checker (checker.Op.Retry), which must land exactly once. A value
+// refused for good (too large) is dropped and the producer bumps its epoch
+// and numbers the values after it from 0 again, as clients do; so does an
+// OUT_OF_ORDER_SEQUENCE_NUMBER, UNKNOWN_PRODUCER_ID or
+// INVALID_PRODUCER_EPOCH answer (which a correct server never gives it:
+// if the refused value had landed, the checker finds it twice).
 type client struct {
 	s      *Sim
 	id     int
@@ -33,6 +46,11 @@ type client struct {
 	depth    int // produces pipelined per connection
 
 	consumer  bool // only fetches (a Kafka consumer): never held up behind a produce
+	idem      bool // an idempotent producer
+	pid       int64
+	epoch     int16
+	nextSeq   int32
+	writes    []*iwrite // idem: values not acknowledged yet, in sequence order
 	stopped   bool
 	final     bool // the final complete read
 	finalMark bool // its fetches are marked Final (the stream starts at 0)
@@ -60,8 +78,18 @@ type creq struct {
 	version int16
 	h       *checker.Handle // nil for metadata
 	value   string
+	w       *iwrite // an idempotent produce's write
 	from    int64
 	done    bool
+}
+
+// iwrite is one value of an idempotent producer, until acknowledged.
+type iwrite struct {
+	value    string
+	seq      int32
+	epoch    int16
+	attempts int
+	inflight bool // sent on the current connection, not answered yet
 }
 
 func (c *cconn) lat() time.Duration { return c.cl.s.clientLatency(c.n) }
@@ -115,8 +143,15 @@ func (c *client) loop() {
 			produces++
 		}
 	}
+	depth := c.depth
+	if c.idem {
+		// An idempotent producer has at most five requests in flight (the
+		// server remembers a producer's last five batches): Kafka's rule,
+		// which clients enforce.
+		depth = min(depth, producers.Window)
+	}
 	switch {
-	case c.r.Float64() < 0.6 && produces < c.depth:
+	case c.r.Float64() < 0.6 && produces < depth:
 		c.produce()
 	case !c.fetching:
 		c.fetch()
@@ -192,8 +227,8 @@ func (cc *cconn) send(req kmsg.Request, q *creq, timeout time.Duration) {
 	})
 }
 
-func (c *client) produce() {
-	cc := c.conn
+// nextValue returns a new value to produce.
+func (c *client) nextValue() string {
 	c.nextVal++
 	value := fmt.Sprintf("c%d-%d", c.id, c.nextVal)
 	s := c.s
@@ -201,6 +236,36 @@ func (c *client) produce() {
 		// More than one Raft entry may hold: refused with MESSAGE_TOO_LARGE.
 		value += "-" + strings.Repeat("x", int(s.coreCfg.MaxEntryBytes))
 		s.w.faults["oversized-produce"]++
+	}
+	return value
+}
+
+// nextWrite returns what an idempotent producer sends next: the first
+// value without an answer that is not in flight (a retry), else a new one.
+func (c *client) nextWrite() *iwrite {
+	for _, w := range c.writes {
+		if !w.inflight {
+			return w
+		}
+	}
+	w := &iwrite{value: c.nextValue(), seq: c.nextSeq, epoch: c.epoch}
+	c.nextSeq++
+	c.writes = append(c.writes, w)
+	return w
+}
+
+func (c *client) produce() {
+	cc := c.conn
+	s := c.s
+	var w *iwrite
+	var value string
+	if c.idem {
+		w = c.nextWrite()
+		w.inflight = true
+		w.attempts++
+		value = w.value
+	} else {
+		value = c.nextValue()
 	}
 	timeout := int32(durn(c.r, 300*time.Millisecond, 1500*time.Millisecond) / time.Millisecond)
 	if s.w.bug.fire(c.r, "client.short-timeout", 0.5) {
@@ -214,11 +279,47 @@ func (c *client) produce() {
 	t.Topic = c.stream
 	p := kmsg.NewProduceRequestTopicPartition()
 	p.Partition = 0
-	p.Records = makeBatch(s.w.now/1e6, value)
+	if w != nil {
+		p.Records = makeIdempotentBatch(s.w.now/1e6, value, c.pid, w.epoch, w.seq)
+	} else {
+		p.Records = makeBatch(s.w.now/1e6, value)
+	}
 	t.Partitions = append(t.Partitions, p)
 	req.Topics = append(req.Topics, t)
-	h := s.rec.Invoke(checker.Op{Kind: checker.KindProduce, Stream: c.stream, Client: c.id, Conn: cc.id, Value: value})
-	cc.send(req, &creq{h: h, value: value}, time.Duration(timeout)*time.Millisecond+500*time.Millisecond)
+	h := s.rec.Invoke(checker.Op{Kind: checker.KindProduce, Stream: c.stream, Client: c.id, Conn: cc.id, Value: value,
+		Retry: w != nil && w.attempts > 1})
+	cc.send(req, &creq{h: h, value: value, w: w}, time.Duration(timeout)*time.Millisecond+500*time.Millisecond)
+}
+
+// acked: an idempotent write was acknowledged.
+func (c *client) acked(w *iwrite) {
+	c.writes = slices.DeleteFunc(c.writes, func(x *iwrite) bool { return x == w })
+}
+
+// refused: an idempotent write was answered with an error. The server
+// closes the connection after it (the values in flight behind it are
+// sent again on the next one). A retriable refusal sends it again too.
+func (c *client) refused(w *iwrite, code int16) {
+	w.inflight = false
+	switch code {
+	case 10, 2, 17, 21, 76: // MESSAGE_TOO_LARGE and the like: never accepted
+		c.acked(w) // given up
+		c.resetSequences("value refused for good")
+	case 45, 47, 59: // OUT_OF_ORDER_SEQUENCE_NUMBER, INVALID_PRODUCER_EPOCH, UNKNOWN_PRODUCER_ID
+		c.s.w.faults["producer-reset"]++
+		c.resetSequences(fmt.Sprintf("error %d", code))
+	}
+}
+
+// resetSequences bumps the epoch and numbers the values without an answer
+// from 0 (KIP-360, as franz-go does for an idempotent producer).
+func (c *client) resetSequences(why string) {
+	c.epoch++
+	for i, w := range c.writes {
+		w.seq, w.epoch = int32(i), c.epoch
+	}
+	c.nextSeq = int32(len(c.writes))
+	c.s.w.record("client %d (producer %d) epoch %d, %d values renumbered: %s", c.id, c.pid, c.epoch, len(c.writes), why)
 }
 
 func (c *client) fetch() {
@@ -311,10 +412,19 @@ func (c *client) handle(cc *cconn, q *creq, resp kmsg.Response) {
 		p := r.Topics[0].Partitions[0]
 		if p.ErrorCode == 0 {
 			q.h.ProduceOK(p.BaseOffset)
+			if q.w != nil {
+				c.acked(q.w)
+			}
 			if s.liveness && q.h != nil {
 				s.progress[c.stream] = true
 			}
 		} else {
+			if q.w != nil {
+				c.refused(q.w, p.ErrorCode)
+				// The server answers nothing after a failed produce: what is
+				// in flight behind it goes again on a new connection.
+				defer cc.close("produce failed")
+			}
 			// Refusals before anything was written are definite failures;
 			// NOT_LEADER and timeouts leave the outcome unknown (the checker
 			// must not treat them as failures). Either way the error
@@ -357,6 +467,8 @@ func definiteProduceError(code int16) bool {
 	case 2, 3, 10, 17, 19, 21, 56, 76: // CORRUPT_MESSAGE, UNKNOWN_TOPIC, MESSAGE_TOO_LARGE, INVALID_TOPIC,
 		// NOT_ENOUGH_REPLICAS (backpressure), INVALID_REQUIRED_ACKS, KAFKA_STORAGE_ERROR, UNSUPPORTED_COMPRESSION
 		return true
+	case 45, 47, 59: // OUT_OF_ORDER_SEQUENCE_NUMBER, INVALID_PRODUCER_EPOCH, UNKNOWN_PRODUCER_ID: refused
+		return true
 	}
 	return false
 }
@@ -392,6 +504,9 @@ func (cc *cconn) fail(why string) {
 	for _, q := range cc.inflight {
 		if q.h != nil {
 			q.h.Info(why, false)
+		}
+		if q.w != nil {
+			q.w.inflight = false // sent again on the next connection
 		}
 		q.done = true
 	}
@@ -438,6 +553,16 @@ func makeBatch(ts int64, value string) []byte {
 	}
 	out := b.AppendTo(nil)
 	binary.BigEndian.PutUint32(out[8:], uint32(len(out)-12))
+	binary.BigEndian.PutUint32(out[17:], crc32.Checksum(out[21:], castagnoli))
+	return out
+}
+
+// makeIdempotentBatch is makeBatch from an idempotent producer.
+func makeIdempotentBatch(ts int64, value string, pid int64, epoch int16, seq int32) []byte {
+	out := makeBatch(ts, value)
+	binary.BigEndian.PutUint64(out[43:], uint64(pid))
+	binary.BigEndian.PutUint16(out[51:], uint16(epoch))
+	binary.BigEndian.PutUint32(out[53:], uint32(seq))
 	binary.BigEndian.PutUint32(out[17:], crc32.Checksum(out[21:], castagnoli))
 	return out
 }

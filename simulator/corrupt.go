@@ -45,9 +45,9 @@ const (
 func (s *Sim) flipBit(n *node, when string) {
 	r := s.corruptR
 	var files []string
-	for _, g := range s.groups {
+	for _, g := range s.staticGroups() {
 		dir := path.Join(n.dir(), fmt.Sprintf("g%d", g))
-		names, _ := n.fs.List(dir)
+		names, _ := n.disk.List(dir)
 		for _, name := range names {
 			if strings.HasSuffix(name, ".seg") {
 				files = append(files, path.Join(dir, name))
@@ -58,11 +58,11 @@ func (s *Sim) flipBit(n *node, when string) {
 		return
 	}
 	file := files[r.IntN(len(files))]
-	size, err := n.fs.Stat(file)
+	size, err := n.disk.Stat(file)
 	if err != nil || size == 0 {
 		return
 	}
-	f, err := n.fs.Open(file)
+	f, err := n.disk.Open(file)
 	if err != nil {
 		return
 	}
@@ -92,12 +92,12 @@ func (s *Sim) flipBit(n *node, when string) {
 		where = fmt.Sprintf("record %d/%d", k+1, len(recs))
 	}
 	bit := uint(r.IntN(8))
-	if err := n.fs.FlipBit(file, off, bit); err != nil {
+	if err := n.disk.FlipBit(file, off, bit); err != nil {
 		s.fail(checkHarness, "flip bit: %v", err)
 		return
 	}
 	n.corrupted = true
-	s.corruptionWindow("bitflip", fmt.Sprintf("n%d (%s) %s byte %d bit %d (%s)", n.id, when, file, off, bit, where))
+	s.corruptionWindow(FaultBitflip.String(), fmt.Sprintf("n%d (%s) %s byte %d bit %d (%s)", n.id, when, file, off, bit, where))
 }
 
 // corruptionWindow counts and traces a corruption fault and marks it in

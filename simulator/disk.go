@@ -16,9 +16,9 @@ import (
 // (raftnode.Node's WriteJob, SyncJob and InstallJob) take on a simulated
 // server. What to write and when, and when raft hears an append is
 // durable, is the engine's own decision; the simulator only carries the
-// jobs out on simulated time, over the simulated disk (vfs.Mem), whose
-// fault model (un-synced writes lost at power loss, torn writes, EIO,
-// ENOSPC) is in vfs/mem.go.
+// jobs out on simulated time, over the simulated disk (vfs.Mem: un-synced
+// writes lost at power loss, torn writes, ENOSPC, bit flips) seen through
+// a failing device (vfs.ErrorFS: EIO, misdirected writes).
 //
 //   - A write job takes 20-300 µs and runs at its end.
 //   - A sync job takes the disk's fsync latency: 0.2-2 ms; 30-400 ms while

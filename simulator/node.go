@@ -13,6 +13,7 @@ import (
 	"go.etcd.io/raft/v3/raftpb"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/vdl-project/vdl/configserver"
 	"github.com/vdl-project/vdl/kafka"
 	"github.com/vdl-project/vdl/raftnode"
 	"github.com/vdl-project/vdl/server"
@@ -22,13 +23,14 @@ import (
 
 // node is one simulated server process: the production replication engine
 // (raftnode.Node) over its logs on the simulated disk, the production
-// Kafka backend (server.Backend) and its connections. The disk (fs)
-// outlives the process.
+// Kafka backend (server.Backend) and its connections. The disk outlives
+// the process.
 type node struct {
 	s      *Sim
 	id     uint64
 	dc     int
-	fs     *vfs.Mem
+	disk   *vfs.Mem     // the medium: what a power loss keeps, bit flips, capacity
+	fs     *vfs.ErrorFS // the disk as the process sees it: EIO, misdirected writes
 	rn     *raftnode.Node
 	logs   map[uint64]*storage.Log
 	down   bool
@@ -47,6 +49,10 @@ type node struct {
 	roster  *server.Roster
 	joining bool
 	space   *storage.Space // the data dir's space reserve, as the server's
+	// files is the process's file cache, shared by its logs as the
+	// server's, and small: idle logs park their active segments in it
+	// (storage.Log.Park) and evictions close them between writes.
+	files *storage.FileCache
 
 	// promised is what the engine had told raft is durable when the
 	// process last stopped: its restart must find it (raftnode.Durable).
@@ -87,6 +93,12 @@ func (g *gview) bump() {
 
 func (n *node) dir() string { return fmt.Sprintf("/n%d", n.id) }
 
+// setDisk puts n on disk, behind a device with no faults armed.
+func (n *node) setDisk(disk *vfs.Mem) {
+	n.disk = disk
+	n.fs = vfs.NewErrorFS(disk)
+}
+
 func (n *node) openLog(group uint64) (*storage.Log, error) {
 	return storage.Open(storage.Options{
 		FS:          n.fs,
@@ -94,6 +106,7 @@ func (n *node) openLog(group uint64) (*storage.Log, error) {
 		Stream:      group,
 		SegmentSize: n.s.segmentSize,
 		Space:       n.space,
+		Files:       n.files,
 		Logger:      discard,
 	})
 }
@@ -108,7 +121,7 @@ func (n *node) bootstrap(voters []uint64) error {
 	if err := errors.Join(n.fs.SyncDir("/"), n.fs.SyncDir(n.dir())); err != nil {
 		return err
 	}
-	for _, g := range n.s.groups {
+	for _, g := range n.s.staticGroups() {
 		l, err := n.openLog(g)
 		if err != nil {
 			return err
@@ -132,6 +145,7 @@ func (n *node) start() error {
 	n.seen = map[uint64]raftnode.Durable{}
 	n.grp = map[uint64]*gview{}
 	n.logs = map[uint64]*storage.Log{}
+	n.files = storage.NewFileCache(1)
 	n.detectedBy = "engine"
 	cc := s.coreCfg
 	cc.ID = n.id
@@ -147,25 +161,11 @@ func (n *node) start() error {
 		n.rn.SetDiskFull(low)
 	}
 	n.backend = server.NewBackend(simReplication{n}, simCatalog{n})
-	for _, g := range s.groups {
-		l, err := n.openLog(g)
-		if err != nil {
-			return fmt.Errorf("node %d cannot open group %d after restart: %w", n.id, g, err)
-		}
-		n.logs[g] = l
-		if d, ok := n.promised[g]; ok && !n.corrupted {
-			if err := d.Check(l); err != nil {
-				s.fail(checkDurability, "n%d g%d restarted without what it reported durable: %v", n.id, g, err)
-			}
-		}
-		n.grp[g] = &gview{changed: make(chan struct{})}
-		_, cs, err := l.InitialState()
-		if err != nil {
-			return fmt.Errorf("node %d group %d: %w", n.id, g, err)
-		}
-		n.roster.Hosted(g, cs)
-		if err := n.rn.AddGroup(g, l); err != nil {
-			return fmt.Errorf("node %d group %d: %w", n.id, g, err)
+	// The static groups, then (control plane) those assigned to it whose
+	// logs are on its disk, as a server hosts its saved assignment.
+	for _, g := range append(s.staticGroups(), n.assignedOnDisk()...) {
+		if err := n.openGroup(g); err != nil {
+			return err
 		}
 	}
 	n.flush()
@@ -174,9 +174,48 @@ func (n *node) start() error {
 	return nil
 }
 
+// parkTicks is how often a node parks its idle logs' active segments (a
+// server's parkInterval, scaled to the simulator's short runs).
+const parkTicks = 20
+
+// openGroup opens group g's log on the disk and starts its raft group.
+func (n *node) openGroup(g uint64) error {
+	s := n.s
+	l, err := n.openLog(g)
+	if err != nil {
+		return fmt.Errorf("node %d cannot open group %d after restart: %w", n.id, g, err)
+	}
+	n.logs[g] = l
+	if d, ok := n.promised[g]; ok && !n.corrupted {
+		if err := d.Check(l); err != nil {
+			s.fail(checkDurability, "n%d g%d restarted without what it reported durable: %v", n.id, g, err)
+		}
+	}
+	n.grp[g] = &gview{changed: make(chan struct{})}
+	_, cs, err := l.InitialState()
+	if err != nil {
+		return fmt.Errorf("node %d group %d: %w", n.id, g, err)
+	}
+	n.roster.Hosted(g, cs)
+	if err := n.rn.AddGroup(g, l); err != nil {
+		_ = l.Close()
+		delete(n.logs, g)
+		delete(n.grp, g)
+		return fmt.Errorf("node %d group %d: %w", n.id, g, err)
+	}
+	return nil
+}
+
 func (n *node) tickLoop() {
 	if n.ticks++; n.ticks%10 == 0 {
 		n.space.Check() // the server checks its space reserve periodically
+	}
+	if n.ticks%parkTicks == 0 { // the server parks idle streams' files periodically
+		for _, g := range n.s.groups {
+			if l := n.logs[g]; l != nil {
+				l.Park()
+			}
+		}
 	}
 	n.rn.Tick()
 	n.flush()
@@ -213,7 +252,7 @@ func (n *node) flush() {
 // and the restart's durability check sees it.
 func (n *node) watchPromises() {
 	s := n.s
-	for _, g := range s.groups {
+	for _, g := range n.rn.Groups() {
 		d, ok := n.rn.Durable(g)
 		if !ok {
 			continue
@@ -242,7 +281,7 @@ func (n *node) stop(powerLoss bool) {
 		}
 	}
 	if powerLoss {
-		n.fs.Crash(n.crashR)
+		n.disk.Crash(n.crashR)
 	}
 	n.down = true
 	n.inc++
@@ -257,12 +296,20 @@ func (n *node) stop(powerLoss bool) {
 
 // propose submits data in group on this node; done gets the outcome.
 func (n *node) propose(group uint64, data []byte, done func(raftnode.Result, error)) {
-	s := n.s
-	s.nextProp++
-	id := s.nextProp
-	n.futures[id] = done
-	n.rn.Propose(group, id, data)
+	n.rn.Propose(group, n.future(done), data)
 	n.dirty = true
+}
+
+func (n *node) proposeRecords(group uint64, batches []byte, offsets int64, done func(raftnode.Result, error)) {
+	n.rn.ProposeRecords(group, n.future(done), batches, offsets)
+	n.dirty = true
+}
+
+// future registers done for the next proposal id.
+func (n *node) future(done func(raftnode.Result, error)) raftnode.ProposalID {
+	n.s.nextProp++
+	n.futures[n.s.nextProp] = done
+	return n.s.nextProp
 }
 
 func (n *node) proposeConfChange(group uint64, cc *raftpb.ConfChangeV2, done func(error)) {
@@ -313,6 +360,11 @@ func (r simReplication) ProposeFunc(group uint64, data []byte, done func(raftnod
 	return nil
 }
 
+func (r simReplication) ProposeRecordsFunc(group uint64, batches []byte, offsets int64, done func(raftnode.Result, error)) error {
+	r.n.proposeRecords(group, batches, offsets, done)
+	return nil
+}
+
 func (r simReplication) Fence(group uint64) *raftnode.Fence {
 	f := raftnode.NewFence()
 	r.n.rn.Fence(group, f)
@@ -350,6 +402,12 @@ func (c simCatalog) Streams() []string { return c.n.s.streams }
 
 func (c simCatalog) Stream(name string) (server.StreamRef, bool) {
 	s := c.n.s
+	if s.cp != nil {
+		if st, ok := s.cp.streams[name]; ok && st.State == configserver.StreamActive {
+			return server.StreamRef{Group: st.Group, Replicas: slices.Sorted(slices.Values(st.Replicas)), Log: c.n.logs[st.Group],
+				LeaderHint: s.cp.leaders[st.Group]}, true
+		}
+	}
 	i := slices.Index(s.streams, name)
 	if i < 0 {
 		return server.StreamRef{}, false

@@ -44,12 +44,13 @@ func (n *node) admits(p *node) bool {
 	return err == nil
 }
 
-// tells reports whether n sends a message of type t to p (the handshake
-// records p's dir first): a peer with another data dir than the one n
-// knows is told only answers (server.Roster.Tells).
-func (n *node) tells(p *node, t raftpb.MessageType) bool {
+// tells reports whether n sends a message of type t in group to p (the
+// handshake records p's dir first): a peer with another data dir than the
+// one n knows is told only answers, and one that left the group no
+// requests (server.Roster.Tells).
+func (n *node) tells(p *node, group uint64, t raftpb.MessageType) bool {
 	n.admits(p)
-	return n.roster.Tells(p.id, t)
+	return n.roster.Tells(p.id, group, t)
 }
 
 // hears reports whether n hears a message of type t from p: a peer with
@@ -91,11 +92,11 @@ func (s *Sim) handshakes() {
 func (s *Sim) wipe(n *node, d time.Duration) {
 	n.stop(true)
 	n.promised = nil // a new disk promises nothing
-	n.fs = vfs.NewMem()
+	n.setDisk(vfs.NewMem())
 	n.dirID = s.dirR.Uint64() | 1
 	n.roster = server.NewRoster(nil)
 	n.joining = true
-	s.w.fault("wipe-disk", "n%d loses its disk; back on an empty one (data dir %016x) after %v", n.id, n.dirID, d)
+	s.w.fault(FaultWipeDisk.String(), "n%d loses its disk; back on an empty one (data dir %016x) after %v", n.id, n.dirID, d)
 	s.replacing = &replacement{n: n, started: s.w.now, pending: map[uint64]int64{}}
 	s.w.after(d, nil, func() {
 		if err := n.fs.MkdirAll(n.dir()); err != nil {

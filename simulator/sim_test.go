@@ -23,8 +23,10 @@ var (
 	flagSafety  = flag.Duration("sim.safety", 0, "simulated length of the safety phase (default 12s)")
 	flagCanary  = flag.String("sim.canary", "", "run a deliberately broken variant: "+canaryNames())
 	flagEffects = flag.Bool("sim.effects", false, "trace every core effect too")
+	flagNoQuiet = flag.Bool("sim.noquiesce", false, "run without idle-group quiescence (as [raft] quiesce = false)")
 	flagOut     = flag.String("sim.out", "", "directory for the checker's report of a failing seed")
 	flagFlips   = flag.Bool("sim.bitflips", false, "inject bit flips and misdirected writes on a minority of nodes")
+	flagCP      = flag.Bool("sim.controlplane", false, "run simulated config servers: streams created, deleted and moved during the run, the preferred-DC balancer")
 )
 
 func canaryNames() string {
@@ -47,7 +49,7 @@ func runSeed(t *testing.T, cfg Config) *Result {
 }
 
 func baseConfig(seed uint64) Config {
-	return Config{Seed: seed, Nodes: *flagNodes, DCs: *flagDCs, Safety: *flagSafety, Canary: canary.Name(*flagCanary), BitFlips: *flagFlips}
+	return Config{Seed: seed, Nodes: *flagNodes, DCs: *flagDCs, Safety: *flagSafety, Canary: canary.Name(*flagCanary), BitFlips: *flagFlips, NoQuiesce: *flagNoQuiet, ControlPlane: *flagCP}
 }
 
 // TestSim replays one seed (-sim.seed) with a readable trace.
@@ -83,6 +85,9 @@ func replayCmd(cfg Config) string {
 	if cfg.BitFlips {
 		args = append(args, "-sim.bitflips")
 	}
+	if cfg.ControlPlane {
+		args = append(args, "-sim.controlplane")
+	}
 	cmd := fmt.Sprintf("make sim SEED=%d", cfg.Seed)
 	if cfg.Canary != "" {
 		cmd += " CANARY=" + string(cfg.Canary)
@@ -99,6 +104,9 @@ func report(t *testing.T, r *Result) {
 	t.Logf("faults: %v buggify: %v", r.Faults, r.Buggify)
 	if len(r.Detections) > 0 {
 		t.Logf("corruption detected: %v", r.Detections)
+	}
+	if r.ControlPlane != nil {
+		t.Logf("control plane: %v", r.ControlPlane)
 	}
 	for _, f := range r.Failures {
 		t.Logf("FAILURE: %s", f)

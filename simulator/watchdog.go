@@ -56,7 +56,7 @@ func (s *Sim) state() string {
 			fmt.Fprintf(&b, "\n  n%d down", n.id)
 			continue
 		}
-		for _, g := range s.groups {
+		for _, g := range n.rn.Groups() {
 			st, ok := n.rn.Status(g)
 			if !ok {
 				continue

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"log/slog"
 
+	"github.com/vdl-project/vdl/kafka/batchfmt"
 	"github.com/vdl-project/vdl/vfs"
 )
 
@@ -47,12 +48,23 @@ type Options struct {
 	// Stream is the stream's identity. It is mixed into every record's
 	// checksum, so a record read from the wrong stream's file is detected.
 	Stream uint64
-	// SegmentSize is the preallocated size of each segment file.
-	// Default 64 MiB. An entry larger than a segment gets a segment of its own.
+	// SegmentSize is the size at which a segment rolls. Default 64 MiB. A
+	// segment's file is not preallocated whole: it grows ahead of its
+	// records, doubling from 128 KiB (less for small segments); a segment
+	// after a full one starts whole.
+	// An entry larger than a segment gets a segment of its own.
 	SegmentSize int64
 	// TailCacheBytes bounds the in-memory cache of the newest records.
-	// Default 8 MiB.
+	// Default 8 MiB; with TailBudget, default (and at most) the budget.
 	TailCacheBytes int64
+	// ReadAhead: a pooled catch-up read from the disk starts reading the
+	// next chunk in a goroutine (readahead.go). Off by default: the
+	// simulator's disk must see only its own, deterministic IO.
+	ReadAhead bool
+	// TailBudget bounds the tail caches of all logs that share it (a
+	// server's): the most recently written streams keep the most. Nil:
+	// the log's cache has TailCacheBytes alone.
+	TailBudget *TailBudget
 	// KeepPageCache leaves closed segments in the OS page cache. By
 	// default a segment is dropped from it (posix_fadvise DONTNEED) once it
 	// is closed and durable, so the page cache holds at most the active
@@ -69,7 +81,12 @@ type Options struct {
 	// Space is the data dir's space reserve (shared by its logs): a roll,
 	// index or retention write that finds the disk full gives it up and
 	// tries again. Nil: none.
-	Space  *Space
+	Space *Space
+	// Files bounds the file handles of closed segments; a server shares
+	// one between all its logs, so its descriptors do not grow with the
+	// number of streams and segments. Nil: the log makes its own, of 64
+	// segments (see FileCache).
+	Files  *FileCache
 	Logger *slog.Logger
 }
 
@@ -83,9 +100,7 @@ type Synced struct {
 
 // Batch is one run of whole Kafka RecordBatch v2 batches read from the log,
 // as stored (baseOffset stamped). The slices alias immutable memory (tail
-// cache or a freshly read buffer); callers must not modify them.
-type Batch struct {
-	BaseOffset int64  // offset of the first record
-	NextOffset int64  // offset after the last record
-	Data       []byte // one or more whole v2 batches
-}
+// cache or a freshly read buffer); callers must not modify them. It is the
+// Kafka front end's type (a leaf package), so the front end needs nothing
+// from storage.
+type Batch = batchfmt.Batch

@@ -4,18 +4,13 @@ import (
 	"encoding/binary"
 	"fmt"
 	"math"
+
+	"github.com/vdl-project/vdl/kafka/batchfmt"
 )
 
-// Kafka RecordBatch v2 fields the engine reads (big-endian, from the batch
-// start). The CRC is the Kafka layer's business; baseOffset lies outside it.
-const (
-	kbBaseOffset      = 0
-	kbLength          = 8  // int32: bytes after this field
-	kbMagic           = 16 // must be 2
-	kbLastOffsetDelta = 23 // int32
-	kbMaxTimestamp    = 35 // int64
-	kbHeaderSize      = 61 // fixed part of a v2 batch, records follow
-)
+// The engine reads a few Kafka RecordBatch v2 fields, laid out by
+// batchfmt. The CRC is the Kafka layer's business; baseOffset lies outside
+// it.
 
 var be = binary.BigEndian
 
@@ -34,23 +29,23 @@ func parseBatches(data []byte) (batchInfo, error) {
 	}
 	for p := 0; p < len(data); {
 		rest := data[p:]
-		if len(rest) < kbHeaderSize {
+		if len(rest) < batchfmt.HeaderSize {
 			return info, fmt.Errorf("%w: short batch at byte %d", ErrBadEntry, p)
 		}
-		n := int64(int32(be.Uint32(rest[kbLength:])))
-		if n < kbHeaderSize-12 || 12+n > int64(len(rest)) {
+		n := int64(batchfmt.BatchLength(rest))
+		if n < batchfmt.MinBatchLength || batchfmt.LengthOverhead+n > int64(len(rest)) {
 			return info, fmt.Errorf("%w: bad batch length %d at byte %d", ErrBadEntry, n, p)
 		}
-		if rest[kbMagic] != 2 {
-			return info, fmt.Errorf("%w: batch magic %d at byte %d", ErrBadEntry, rest[kbMagic], p)
+		if rest[batchfmt.OffMagic] != batchfmt.Magic {
+			return info, fmt.Errorf("%w: batch magic %d at byte %d", ErrBadEntry, rest[batchfmt.OffMagic], p)
 		}
-		d := int32(be.Uint32(rest[kbLastOffsetDelta:]))
+		d := batchfmt.LastOffsetDelta(rest)
 		if d < 0 {
 			return info, fmt.Errorf("%w: negative lastOffsetDelta at byte %d", ErrBadEntry, p)
 		}
 		info.offsets += uint64(d) + 1
-		info.maxTs = max(info.maxTs, int64(be.Uint64(rest[kbMaxTimestamp:])))
-		p += int(12 + n)
+		info.maxTs = max(info.maxTs, batchfmt.MaxTimestamp(rest))
+		p += int(batchfmt.LengthOverhead + n)
 	}
 	if info.offsets > math.MaxUint32 {
 		return info, fmt.Errorf("%w: entry takes %d offsets", ErrBadEntry, info.offsets)
@@ -58,13 +53,18 @@ func parseBatches(data []byte) (batchInfo, error) {
 	return info, nil
 }
 
-// stampBatches writes each batch's baseOffset, starting at base. data was
-// validated by parseBatches.
-func stampBatches(data []byte, base int64) {
+// stampBatches writes each batch's baseOffset, starting at base, and its
+// partitionLeaderEpoch: the entry's Raft term, the stream's leader epoch
+// (docs/kafka.md "Leader epochs"). Every replica stamps the same values
+// (the term travels with the entry), and neither field is under the
+// batch's CRC. data was validated by parseBatches.
+func stampBatches(data []byte, base int64, term uint64) {
+	epoch := batchfmt.EpochOfTerm(term)
 	for p := 0; p < len(data); {
-		be.PutUint64(data[p+kbBaseOffset:], uint64(base))
-		base += int64(int32(be.Uint32(data[p+kbLastOffsetDelta:]))) + 1
-		p += 12 + int(int32(be.Uint32(data[p+kbLength:])))
+		batchfmt.SetBaseOffset(data[p:], base)
+		batchfmt.SetLeaderEpoch(data[p:], epoch)
+		base += int64(batchfmt.LastOffsetDelta(data[p:])) + 1
+		p += batchfmt.LengthOverhead + int(batchfmt.BatchLength(data[p:]))
 	}
 }
 

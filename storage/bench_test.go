@@ -11,6 +11,7 @@ import (
 	pb "go.etcd.io/raft/v3/raftpb"
 
 	"github.com/vdl-project/vdl/internal/diskprobe"
+	"github.com/vdl-project/vdl/kafka/batchfmt"
 	"github.com/vdl-project/vdl/vfs"
 )
 
@@ -47,7 +48,7 @@ func benchLog(b *testing.B, cache int64) *Log {
 
 // userPayload is a TagUser entry of about size bytes.
 func userPayload(size int) []byte {
-	return userData(kbatch(1, size-1-kbHeaderSize, 1))
+	return userData(kbatch(1, size-1-batchfmt.HeaderSize, 1))
 }
 
 // groupEntries returns n entries of term 1 carrying data.
@@ -150,6 +151,46 @@ func BenchmarkReadCatchUp(b *testing.B) {
 	defer l.Close()
 	fillLog(b, l, 16<<10, 128*mib)
 	benchRead(b, l, 0) // all but the newest 1 MiB from the segment files
+}
+
+// BenchmarkReadClosedSegments is BenchmarkReadCatchUp on the in-memory FS,
+// so only the engine's own cost shows: reads of 1 MiB through 32 closed
+// segments of 1 MiB. hit: the default file cache holds them all, their
+// files stay open; miss: a cache of one segment, every read opens the
+// files of the segments it reads (3 opens each) and closes others.
+func BenchmarkReadClosedSegments(b *testing.B) {
+	for _, bc := range []struct {
+		name  string
+		files *FileCache
+	}{{"hit", nil}, {"miss", NewFileCache(1)}} {
+		b.Run("cache="+bc.name, func(b *testing.B) {
+			l, err := Open(Options{FS: vfs.NewMem(), Dir: "/s", Stream: 1, SegmentSize: mib, TailCacheBytes: mib, Files: bc.files})
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer l.Close()
+			fillLog(b, l, 16<<10, 32*mib)
+			benchRead(b, l, 0)
+		})
+	}
+}
+
+// BenchmarkTermClosed: Term of entries in closed segments (older than the
+// tail cache), each a pread of the segment's .ridx: the cost of pinning a
+// segment whose files are open (a cache hit) against that pread.
+func BenchmarkTermClosed(b *testing.B) {
+	l, err := Open(Options{FS: vfs.NewMem(), Dir: "/s", Stream: 1, SegmentSize: 64 << 10, TailCacheBytes: 64 << 10})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer l.Close()
+	fillLog(b, l, 1<<10, 8*mib) // 8192 entries, about 60 per segment
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		if _, err := l.Term(uint64(1 + i%2048)); err != nil { // about 34 segments: all cached
+			b.Fatal(err)
+		}
+	}
 }
 
 // BenchmarkEnginePipelined is the engine as the host drives it: one

@@ -22,12 +22,13 @@ func (e *cacheEnt) payload() []byte { return e.data[1:] }
 // oldest never copies the others (a slice cut from the front would
 // reallocate and copy the live cache every time it ran out of room).
 type tailCache struct {
-	limit int64
-	first uint64     // Raft index of the oldest entry
-	ring  []cacheEnt // its length is the capacity, a power of two
-	head  int        // ring position of the oldest entry
-	n     int        // entries held
-	bytes int64
+	limit  int64
+	budget *TailBudget // shared with other logs' caches; nil: limit alone
+	first  uint64      // Raft index of the oldest entry
+	ring   []cacheEnt  // its length is the capacity, a power of two
+	head   int         // ring position of the oldest entry
+	n      int         // entries held
+	bytes  int64
 }
 
 func (c *tailCache) len() int { return c.n }
@@ -49,15 +50,30 @@ func (c *tailCache) add(index uint64, e cacheEnt) {
 	}
 	*c.at(c.n) = e
 	c.n++
-	c.bytes += int64(len(e.data)) + cacheEntOverhead
+	c.charge(int64(len(e.data)) + cacheEntOverhead)
 	for c.bytes > c.limit && c.n > 0 {
+		c.popOldest()
+	}
+}
+
+// charge counts d more bytes held, in the shared budget too.
+func (c *tailCache) charge(d int64) {
+	c.bytes += d
+	if c.budget != nil {
+		c.budget.used.Add(d)
+	}
+}
+
+// shrink drops the oldest entries while the budget is above target.
+func (c *tailCache) shrink(b *TailBudget, target int64) {
+	for c.n > 0 && b.used.Load() > target {
 		c.popOldest()
 	}
 }
 
 func (c *tailCache) popOldest() {
 	e := c.at(0)
-	c.bytes -= int64(len(e.data)) + cacheEntOverhead
+	c.charge(-(int64(len(e.data)) + cacheEntOverhead))
 	*e = cacheEnt{} // let the buffer go
 	c.head = (c.head + 1) & (len(c.ring) - 1)
 	c.n--
@@ -65,7 +81,8 @@ func (c *tailCache) popOldest() {
 }
 
 func (c *tailCache) reset() {
-	c.ring, c.head, c.n, c.bytes = nil, 0, 0, 0
+	c.charge(-c.bytes)
+	c.ring, c.head, c.n = nil, 0, 0
 }
 
 // truncate drops entries >= index (a Raft conflict).
@@ -77,7 +94,7 @@ func (c *tailCache) truncate(index uint64) {
 	if keep := index - c.first; keep < uint64(c.n) {
 		for k := int(keep); k < c.n; k++ {
 			e := c.at(k)
-			c.bytes -= int64(len(e.data)) + cacheEntOverhead
+			c.charge(-(int64(len(e.data)) + cacheEntOverhead))
 			*e = cacheEnt{}
 		}
 		c.n = int(keep)

@@ -14,6 +14,7 @@ import (
 	"go.etcd.io/raft/v3"
 	pb "go.etcd.io/raft/v3/raftpb"
 
+	"github.com/vdl-project/vdl/kafka/batchfmt"
 	"github.com/vdl-project/vdl/vfs"
 )
 
@@ -148,7 +149,7 @@ func (w *crashWorld) newEntry(index uint64) *pb.Entry {
 				body = 2000 + r.IntN(6000) // rolls, maybe bigger than a segment
 			}
 			b := kbatch(n, body, r.Int64N(1000))
-			for i := kbHeaderSize; i < len(b); i++ {
+			for i := batchfmt.HeaderSize; i < len(b); i++ {
 				b[i] = byte(r.Uint32())
 			}
 			bs = append(bs, b)
@@ -308,9 +309,9 @@ func unstamp(e *pb.Entry) []byte {
 		return d
 	}
 	c := bytes.Clone(d)
-	stampBatches(c[1:], 0)
+	stampBatches(c[1:], 0, 0)
 	for p := 1; p < len(c); {
-		le := int(int32(be.Uint32(c[p+kbLength:])))
+		le := int(int32(be.Uint32(c[p+batchfmt.OffBatchLength:])))
 		be.PutUint64(c[p:], 0)
 		p += 12 + le
 	}

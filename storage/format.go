@@ -152,7 +152,7 @@ type segHeader struct {
 	first       uint64 // Raft index of the first entry
 	firstOffset int64  // Kafka offset of the first user record
 	prevTerm    uint64 // term of entry first-1
-	size        int64  // size preallocated at creation (informational)
+	size        int64  // the segment's size, where it rolls (informational: its file grows to it)
 	chainCRC    uint32 // crc of the last record before this segment
 }
 

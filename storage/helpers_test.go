@@ -2,27 +2,30 @@ package storage
 
 import (
 	"encoding/binary"
+	"path"
+	"sync"
 	"sync/atomic"
 	"testing"
 
 	"github.com/stretchr/testify/require"
 	pb "go.etcd.io/raft/v3/raftpb"
 
+	"github.com/vdl-project/vdl/kafka/batchfmt"
 	"github.com/vdl-project/vdl/vfs"
 )
 
 // kbatch builds a minimal Kafka RecordBatch v2 taking n offsets, with
 // body filler bytes and the given maxTimestamp. baseOffset is left 0.
 func kbatch(n int, body int, maxTs int64) []byte {
-	b := make([]byte, kbHeaderSize+body)
-	binary.BigEndian.PutUint32(b[kbLength:], uint32(len(b)-12))
-	b[kbMagic] = 2
-	binary.BigEndian.PutUint32(b[kbLastOffsetDelta:], uint32(n-1))
+	b := make([]byte, batchfmt.HeaderSize+body)
+	binary.BigEndian.PutUint32(b[batchfmt.OffBatchLength:], uint32(len(b)-12))
+	b[batchfmt.OffMagic] = 2
+	binary.BigEndian.PutUint32(b[batchfmt.OffLastOffsetDelta:], uint32(n-1))
 	binary.BigEndian.PutUint64(b[27:], uint64(maxTs)) // firstTimestamp
-	binary.BigEndian.PutUint64(b[kbMaxTimestamp:], uint64(maxTs))
+	binary.BigEndian.PutUint64(b[batchfmt.OffMaxTimestamp:], uint64(maxTs))
 	binary.BigEndian.PutUint32(b[57:], uint32(n))
 	for i := range body {
-		b[kbHeaderSize+i] = byte(i*7 + n)
+		b[batchfmt.HeaderSize+i] = byte(i*7 + n)
 	}
 	return b
 }
@@ -59,10 +62,15 @@ func openMem(t *testing.T, opts Options) *Log {
 	return l
 }
 
-// countFS counts reads of segment files, to prove cache hits.
+// countFS counts reads of segment files, to prove cache hits, and the
+// handles of segment and index files open, to prove the file cache's bound.
 type countFS struct {
 	vfs.FS
 	reads atomic.Int64
+
+	mu   sync.Mutex
+	open int // .seg, .ridx and .lidx handles open now
+	peak int // the most open at once
 }
 
 func (c *countFS) Open(name string) (vfs.File, error) {
@@ -70,7 +78,7 @@ func (c *countFS) Open(name string) (vfs.File, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &countFile{File: f, c: c}, nil
+	return c.track(f), nil
 }
 
 func (c *countFS) Create(name string) (vfs.File, error) {
@@ -78,12 +86,37 @@ func (c *countFS) Create(name string) (vfs.File, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &countFile{File: f, c: c}, nil
+	return c.track(f), nil
+}
+
+func (c *countFS) track(f vfs.File) *countFile {
+	cf := &countFile{File: f, c: c}
+	switch path.Ext(f.Name()) {
+	case ".seg", ".ridx", ".lidx":
+		cf.segFile = true
+		c.mu.Lock()
+		c.open++
+		c.peak = max(c.peak, c.open)
+		c.mu.Unlock()
+	}
+	return cf
+}
+
+// handles returns the segment and index file handles open now and the
+// most open at once since the last call, which restarts the peak.
+func (c *countFS) handles() (open, peak int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	open, peak = c.open, c.peak
+	c.peak = c.open
+	return open, peak
 }
 
 type countFile struct {
 	vfs.File
-	c *countFS
+	c       *countFS
+	segFile bool
+	closed  atomic.Bool
 }
 
 func (f *countFile) ReadAt(p []byte, off int64) (int, error) {
@@ -91,12 +124,21 @@ func (f *countFile) ReadAt(p []byte, off int64) (int, error) {
 	return f.File.ReadAt(p, off)
 }
 
+func (f *countFile) Close() error {
+	if f.segFile && !f.closed.Swap(true) {
+		f.c.mu.Lock()
+		f.c.open--
+		f.c.mu.Unlock()
+	}
+	return f.File.Close()
+}
+
 // stampedBaseOffsets returns the baseOffset of each batch in data.
 func stampedBaseOffsets(data []byte) []int64 {
 	var out []int64
 	for p := 0; p < len(data); {
 		out = append(out, int64(binary.BigEndian.Uint64(data[p:])))
-		p += 12 + int(int32(binary.BigEndian.Uint32(data[p+kbLength:])))
+		p += 12 + int(int32(binary.BigEndian.Uint32(data[p+batchfmt.OffBatchLength:])))
 	}
 	return out
 }

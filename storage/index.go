@@ -176,7 +176,8 @@ func preadFull(f vfs.File, b []byte, off int64) error {
 	return fmt.Errorf("read %s at %d: %w", f.Name(), off, err)
 }
 
-// ridxAt returns the entries for indexes [lo, lo+n) of a closed segment.
+// ridxRange returns the entries for indexes [lo, lo+n) of a closed
+// segment, which the caller has acquired (as for lidxRange, lidxSearch).
 func (s *segment) ridxRange(lo uint64, n int) ([]ridxEnt, error) {
 	b := make([]byte, n*ridxEntrySize)
 	if err := preadFull(s.ridxF, b, ridxHeaderSize+int64(lo-s.hdr.first)*ridxEntrySize); err != nil {
@@ -189,7 +190,13 @@ func (s *segment) ridxRange(lo uint64, n int) ([]ridxEnt, error) {
 	return out, nil
 }
 
+// ridxAt returns the entry for index i of a closed segment, acquiring it
+// for the pread.
 func (s *segment) ridxAt(i uint64) (ridxEnt, error) {
+	if err := s.acquire(); err != nil {
+		return ridxEnt{}, err
+	}
+	defer s.release()
 	var b [ridxEntrySize]byte
 	if err := preadFull(s.ridxF, b[:], ridxHeaderSize+int64(i-s.hdr.first)*ridxEntrySize); err != nil {
 		return ridxEnt{}, err

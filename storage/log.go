@@ -27,8 +27,8 @@ const (
 // Locking: wmu serializes everything that changes the log (Write, Sync,
 // DeleteBefore, ApplyConfState, Bootstrap, Close); the writer holds it
 // through disk IO. mu guards what readers look at; the writer takes it only
-// to publish, never during an fsync. Readers hold mu.RLock during their
-// preads, so a segment cannot be closed under them.
+// to publish, never during an fsync. Readers acquire a segment for their
+// preads, so its files cannot be closed under them (see segment).
 type Log struct {
 	fs      vfs.FS
 	dir     string
@@ -39,6 +39,11 @@ type Log struct {
 	keepPageCache bool
 	maxRead       int
 	space         *Space
+	files         *FileCache    // closed segments' file handles
+	ahead         aheadReads    // catch-up reads started ahead of their consumers
+	lastWrite     atomic.Uint64 // TailBudget's recency tick of the newest write
+	readAhead     bool          // Options.ReadAhead
+	stats         stats         // I/O counters (Stats)
 
 	wmu sync.Mutex
 	mu  sync.RWMutex
@@ -57,15 +62,20 @@ type Log struct {
 	st     state       // the newest state written
 	confs  []confEntry // conf state history
 	meta   meta
+	prod   producerState // the saved producer state (producers.go)
 
 	// Writer-only (wmu).
-	failed   error      // sticky: after a failed write the file state is unknown
-	dirDirty bool       // files created since the last Sync
-	uncache  []*segment // rolled segments the next Sync drops from the page cache
-	scrP     []prepEnt
-	scrR     []ridxEnt
-	scrL     []lidxEnt
-	scrC     []cacheEnt
+	failed   error // sticky: after a failed write the file state is unknown
+	dirDirty bool  // files created since the last Sync
+	// writes counts writes to the active segment's file; synced is the
+	// count the last Sync covered, parkSeen the count at the last Park.
+	writes, synced, parkSeen uint64
+	parked                   *segment   // the active segment, while Park has it in the file cache
+	uncache                  []*segment // rolled segments the next Sync drops from the page cache
+	scrP                     []prepEnt
+	scrR                     []ridxEnt
+	scrL                     []lidxEnt
+	scrC                     []cacheEnt
 
 	pendingApplied atomic.Uint64 // SetApplied
 	durableApplied atomic.Uint64 // Applied
@@ -91,15 +101,77 @@ func (l *Log) Close() error {
 		s.retire()
 	}
 	l.cache.reset()
+	if l.cache.budget != nil {
+		l.cache.budget.unregister(l)
+	}
 	return nil
 }
 
-// checkWriter is the writer's entry check; wmu must be held.
+// checkWriter is the writer's entry check; wmu must be held. It takes
+// the active segment back from the file cache if it was parked.
 func (l *Log) checkWriter() error {
 	if l.closed {
 		return ErrClosed
 	}
-	return l.failed
+	if l.failed != nil {
+		return l.failed
+	}
+	return l.unpark()
+}
+
+// Park hands the active segment's data file to the server's file cache if
+// nothing was written since the previous call (the stream is idle) and
+// everything written is synced: an idle stream then holds no descriptor
+// once the cache needs the slot, and descriptors are bounded by the cache,
+// not by the number of streams. The next write takes it back (reopening
+// the file if the cache closed it); readers open it through the cache
+// like a closed segment's. Call it periodically; it reports whether the
+// segment is parked.
+func (l *Log) Park() bool {
+	l.wmu.Lock()
+	defer l.wmu.Unlock()
+	if l.closed || l.failed != nil {
+		return false
+	}
+	if l.writes != l.parkSeen {
+		l.parkSeen = l.writes
+		return false
+	}
+	act := l.active()
+	c := act.files
+	c.mu.Lock()
+	if l.writes != l.synced || l.dirDirty || act.cached || act.retired || act.f == nil {
+		parked := act.parked
+		c.mu.Unlock()
+		return parked
+	}
+	act.cached, act.parked = true, true
+	c.n++
+	c.pushLocked(act) // its file is open: it takes a slot like a closed segment's
+	victims := c.evictLocked()
+	c.mu.Unlock()
+	closeAll(victims)
+	l.parked = act
+	return true
+}
+
+// unpark takes a parked active segment back from the cache, its file open;
+// wmu is held. Every write checks it: a plain field, not the shared
+// cache's lock.
+func (l *Log) unpark() error {
+	act := l.parked
+	if act == nil {
+		return nil
+	}
+	if err := act.reclaim(); err != nil {
+		return l.fail(err)
+	}
+	c := act.files
+	c.mu.Lock()
+	act.parked = false
+	c.mu.Unlock()
+	l.parked = nil
+	return nil
 }
 
 func (l *Log) fail(err error) error {
@@ -185,17 +257,24 @@ func (l *Log) Sync() (Synced, error) {
 		}
 	}
 	// Everything up to act.last is in act's file: earlier segments were
-	// synced when they were rolled.
+	// synced when they were rolled. act is pinned for the fdatasync: the
+	// writer may roll it into the file cache meanwhile, or truncate it away.
 	act := l.active()
-	f, synced, applied, dirDirty := act.f, Synced{LastIndex: act.last, LastTerm: act.lastTerm}, l.st.applied, l.dirDirty
+	if err := act.acquire(); err != nil {
+		l.wmu.Unlock()
+		return Synced{}, err
+	}
+	defer act.release()
+	f, synced, applied, dirDirty, writes := act.f, Synced{LastIndex: act.last, LastTerm: act.lastTerm}, l.st.applied, l.dirDirty, l.writes
 	type span struct {
+		s   *segment
 		f   vfs.File
 		end int64
 	}
 	var uncache []span
 	for _, s := range l.uncache {
-		if s.f != nil { // else truncated or deleted since
-			uncache = append(uncache, span{s.f, s.end})
+		if f := s.pinIfOpen(); f != nil { // else deleted, or its files closed, since
+			uncache = append(uncache, span{s, f, s.end})
 		}
 	}
 	l.uncache = nil
@@ -203,10 +282,11 @@ func (l *Log) Sync() (Synced, error) {
 	l.wmu.Unlock()
 
 	err := l.flush(f, dirDirty)
-	if err == nil {
-		for _, u := range uncache { // synced by roll
+	for _, u := range uncache { // synced by roll
+		if err == nil {
 			_ = u.f.DropCache(0, u.end) // a hint only
 		}
+		u.s.release()
 	}
 
 	l.wmu.Lock()
@@ -215,6 +295,7 @@ func (l *Log) Sync() (Synced, error) {
 		l.dirDirty = l.dirDirty || dirDirty
 		return Synced{}, l.fail(err)
 	}
+	l.synced = max(l.synced, writes)
 	if applied > l.durableApplied.Load() {
 		l.durableApplied.Store(applied)
 	}

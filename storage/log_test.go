@@ -10,6 +10,7 @@ import (
 	pb "go.etcd.io/raft/v3/raftpb"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/vdl-project/vdl/kafka/batchfmt"
 	"github.com/vdl-project/vdl/vfs"
 )
 
@@ -74,9 +75,12 @@ func TestWriteSyncReadBack(t *testing.T) {
 		require.Len(t, got, 6)
 		for i, e := range got {
 			want := proto.Clone(ents[i]).(*pb.Entry)
+			if i == 1 { // stamped offset and leader epoch (the term)
+				stampBatches(want.Data[1:], 0, want.GetTerm())
+			}
 			if i == 5 { // stamped offsets: entry 2 took 0..2, entry 6 takes 3..4 and 5..8
 				require.Equal(t, []int64{3, 5}, stampedBaseOffsets(e.Data[1:]))
-				stampBatches(want.Data[1:], 3)
+				stampBatches(want.Data[1:], 3, want.GetTerm())
 			}
 			require.True(t, proto.Equal(want, e), "entry %d: %v vs %v", i+1, want, e)
 		}
@@ -121,11 +125,11 @@ func TestBadEntries(t *testing.T) {
 	good := kbatch(1, 4, 1)
 	short := append([]byte(nil), good[:40]...)
 	badMagic := append([]byte(nil), good...)
-	badMagic[kbMagic] = 1
+	badMagic[batchfmt.OffMagic] = 1
 	badLen := append([]byte(nil), good...)
-	badLen[kbLength+3]++
+	badLen[batchfmt.OffBatchLength+3]++
 	negDelta := append([]byte(nil), good...)
-	copy(negDelta[kbLastOffsetDelta:], []byte{0xff, 0xff, 0xff, 0xff})
+	copy(negDelta[batchfmt.OffLastOffsetDelta:], []byte{0xff, 0xff, 0xff, 0xff})
 	for name, data := range map[string][]byte{
 		"empty": {TagUser}, "short": userData(short), "magic": userData(badMagic),
 		"length": userData(badLen), "delta": userData(negDelta), "trailing": append(userData(good), 1, 2),
@@ -314,7 +318,7 @@ func TestRollAndBigEntry(t *testing.T) {
 		require.NoError(t, err)
 		require.Len(t, b, int(next-1))
 		if len(b) > 50 {
-			require.Len(t, b[50].Data, kbHeaderSize+20<<10)
+			require.Len(t, b[50].Data, batchfmt.HeaderSize+20<<10)
 		}
 	}
 	verify(l)
@@ -391,14 +395,17 @@ func TestReadLimits(t *testing.T) {
 	for i := uint64(1); i <= 10; i++ { // entry i: offsets 10(i-1) .. 10i, 100+61 bytes
 		require.NoError(t, l.Write([]*pb.Entry{userEnt(i, 1, 10, 100, int64(i)), ent(i+100, 1, nil)}[:1], nil))
 	}
-	size := kbHeaderSize + 100
+	size := batchfmt.HeaderSize + 100
 	hwm, err := l.NextOffsetAt(5)
 	require.NoError(t, err)
 	require.Equal(t, int64(50), hwm)
 	for _, disk := range []bool{false, true} {
 		read := l.Read
 		if disk {
-			read = l.readDisk
+			read = func(offset, hwm int64, maxBytes int) ([]Batch, error) {
+				bs, _, err := l.readDisk(offset, hwm, maxBytes, true)
+				return bs, err
+			}
 		}
 		b, err := read(15, hwm, 1) // inside entry 2; at least one entry
 		require.NoError(t, err)
@@ -473,135 +480,6 @@ func TestTailCache(t *testing.T) {
 	_, err = l.Read(end-10, end, 1<<20)
 	require.NoError(t, err)
 	require.Equal(t, before, cfs.reads.Load(), "tail still cached")
-}
-
-func TestCorruptionInTheMiddle(t *testing.T) {
-	for _, tc := range []string{"last", "closed", "closed-no-index"} {
-		mem := vfs.NewMem()
-		opts := memOpts(mem)
-		opts.SegmentSize = 4 << 10
-		l := openMem(t, opts)
-		for i := uint64(1); i <= 40; i++ {
-			require.NoError(t, l.Write([]*pb.Entry{userEnt(i, 1, 1, 200, 1)}, nil))
-		}
-		_, err := l.Sync()
-		require.NoError(t, err)
-		require.NoError(t, l.Close())
-		l.mu.RLock()
-		s := l.segs[0]
-		if tc == "last" {
-			s = l.segs[len(l.segs)-1]
-		}
-		seg, first := s.base+".seg", s.hdr.first
-		l.mu.RUnlock()
-		if tc == "closed-no-index" {
-			require.NoError(t, mem.Remove(s.base+".ridx"))
-		}
-		f, err := mem.Open(seg)
-		require.NoError(t, err)
-		pos := int64(segHeaderSize + recSize(stateSize) + recHeaderSize + 10) // payload of the first entry
-		var b [1]byte
-		_, err = f.ReadAt(b[:], pos)
-		require.NoError(t, err)
-		b[0] ^= 0xff
-		_, err = f.WriteAt(b[:], pos)
-		require.NoError(t, err)
-		require.NoError(t, f.Sync())
-		l, err = Open(opts)
-		if tc == "closed" {
-			// Index files vouch for a closed segment at Open; its records
-			// are checked when read.
-			require.NoError(t, err)
-			_, err = l.Entries(first, first+1, 1<<20)
-			require.ErrorIs(t, err, ErrCorrupt)
-			require.Contains(t, err.Error(), seg)
-			_, err = l.Read(0, 40, 1<<20)
-			require.ErrorIs(t, err, ErrCorrupt)
-			continue
-		}
-		require.ErrorIs(t, err, ErrCorrupt, tc)
-		require.Contains(t, err.Error(), seg)
-		require.Contains(t, err.Error(), "at byte 152")
-	}
-}
-
-func TestTornTailIsCut(t *testing.T) {
-	mem := vfs.NewMem()
-	opts := memOpts(mem)
-	l := openMem(t, opts)
-	for i := uint64(1); i <= 10; i++ {
-		require.NoError(t, l.Write([]*pb.Entry{userEnt(i, 1, 1, 100, 1)}, nil))
-	}
-	_, err := l.Sync()
-	require.NoError(t, err)
-	// Tear the last record by hand: its payload loses a byte.
-	l.mu.RLock()
-	f, pos := l.active().f, l.ridx[9].pos
-	l.mu.RUnlock()
-	_, err = f.WriteAt([]byte{0xAA}, pos+recHeaderSize+5)
-	require.NoError(t, err)
-	require.NoError(t, f.Sync())
-	require.NoError(t, l.Close())
-	l = openMem(t, opts)
-	li, _ := l.LastIndex()
-	require.Equal(t, uint64(9), li)
-	require.Equal(t, int64(9), l.EndOffset())
-	require.NoError(t, l.Write([]*pb.Entry{userEnt(10, 1, 1, 3, 1)}, nil))
-	_, err = l.Sync()
-	require.NoError(t, err)
-	require.NoError(t, l.Close())
-	l = openMem(t, opts)
-	li, _ = l.LastIndex()
-	require.Equal(t, uint64(10), li)
-}
-
-func TestBadIndexFileRebuilt(t *testing.T) {
-	mem := vfs.NewMem()
-	opts := memOpts(mem)
-	opts.SegmentSize = 4 << 10
-	l := openMem(t, opts)
-	for i := uint64(1); i <= 40; i++ {
-		require.NoError(t, l.Write([]*pb.Entry{userEnt(i, 1, 1, 200, int64(i))}, nil))
-	}
-	_, err := l.Sync()
-	require.NoError(t, err)
-	l.mu.RLock()
-	base0, base1 := l.segs[0].base, l.segs[1].base
-	l.mu.RUnlock()
-	require.NoError(t, l.Close())
-	// Damage one index file, remove another.
-	f, err := mem.Open(base0 + ".ridx")
-	require.NoError(t, err)
-	_, err = f.WriteAt([]byte{0xff, 0xff}, ridxHeaderSize+3)
-	require.NoError(t, err)
-	require.NoError(t, mem.Remove(base1+".lidx"))
-	l = openMem(t, opts)
-	got, err := l.Entries(1, 41, 1<<30)
-	require.NoError(t, err)
-	require.Len(t, got, 40)
-	b, err := l.Read(0, 40, 1<<30)
-	require.NoError(t, err)
-	require.Len(t, b, 40)
-	size, err := mem.Stat(base1 + ".lidx")
-	require.NoError(t, err)
-	require.Greater(t, size, int64(lidxHeaderSize))
-}
-
-func TestAppliedAndHardStateDurability(t *testing.T) {
-	mem := vfs.NewMem()
-	l := openMem(t, memOpts(mem))
-	require.NoError(t, l.Write([]*pb.Entry{ent(1, 1, nil), ent(2, 1, nil)}, hardState(1, 1, 2)))
-	l.SetApplied(2)
-	_, err := l.Sync()
-	require.NoError(t, err)
-	require.Equal(t, uint64(2), l.Applied())
-	l.SetApplied(5) // never synced
-	require.NoError(t, l.Write(nil, hardState(3, 0, 2)))
-	mem.CrashClean()
-	l = openMem(t, memOpts(mem))
-	require.Equal(t, uint64(2), l.Applied())
-	hs, _, _ := l.InitialState()
-	require.True(t, proto.Equal(hardState(1, 1, 2), hs))
 }
 
 func TestConcurrentReaders(t *testing.T) {
@@ -685,203 +563,4 @@ func TestRecordFormatIsDeterministic(t *testing.T) {
 		return b
 	}
 	require.True(t, bytes.Equal(run(), run()))
-}
-
-// An install that fails part way (the source dies) must leave a log raft
-// can restart from: commit never beyond the last index.
-func TestInterruptedInstallKeepsCommitInRange(t *testing.T) {
-	mem := vfs.NewMem()
-	opts := memOpts(mem)
-	l := openMem(t, opts)
-	require.NoError(t, l.Bootstrap(&pb.ConfState{Voters: []uint64{1, 2, 3}}))
-	for i := uint64(2); i <= 300; i++ { // committed far beyond where the copy will stop
-		require.NoError(t, l.Write([]*pb.Entry{userEnt(i, 1, 1, 10, int64(i))}, hardState(1, 1, i)))
-	}
-	_, err := l.Sync()
-	require.NoError(t, err)
-
-	// A leader's snapshot at 400 whose log starts at 100 (it deleted 2..99).
-	d := snapDesc{first: 100, prevTerm: 2, start: 98, confs: []confEntry{{index: 99, cs: &pb.ConfState{Voters: []uint64{1, 2, 3}}}}}
-	data, err := d.encode()
-	require.NoError(t, err)
-	snap := &pb.Snapshot{Metadata: &pb.SnapshotMetadata{Index: new(uint64(400)), Term: new(uint64(2)),
-		ConfState: &pb.ConfState{Voters: []uint64{1, 2, 3}}}, Data: data}
-	calls := 0
-	err = l.InstallSnapshot(snap, func(from, to uint64) ([]*pb.Entry, uint64, error) {
-		calls++
-		if calls > 1 {
-			return nil, 0, errors.New("source died")
-		}
-		var ents []*pb.Entry
-		for i := from; i < from+10; i++ {
-			ents = append(ents, userEnt(i, 2, 1, 10, int64(i)))
-		}
-		return ents, 2, nil
-	})
-	require.ErrorContains(t, err, "source died")
-	require.NoError(t, l.Close())
-
-	for _, crash := range []func(){func() {}, mem.CrashClean} {
-		crash()
-		l = openMem(t, opts)
-		hs, _, err := l.InitialState()
-		require.NoError(t, err)
-		fi, _ := l.FirstIndex()
-		li, _ := l.LastIndex()
-		require.Equal(t, uint64(100), fi, "the log restarts where the leader's starts")
-		require.LessOrEqual(t, hs.GetCommit(), li, "commit within the log")
-		require.GreaterOrEqual(t, hs.GetCommit(), fi-1)
-		require.NoError(t, l.Close())
-	}
-}
-
-// A replica that holds a prefix of the leader's log keeps it through a
-// snapshot install, even one interrupted by a crash: it may have
-// acknowledged those entries, and forgetting them could lose committed data.
-func TestInstallKeepsTheMatchingPrefix(t *testing.T) {
-	for _, interrupted := range []bool{true, false} {
-		mem := vfs.NewMem()
-		opts := memOpts(mem)
-		l := openMem(t, opts)
-		require.NoError(t, l.Bootstrap(&pb.ConfState{Voters: []uint64{1, 2, 3}}))
-		var mine [][]byte
-		for i := uint64(2); i <= 300; i++ { // acknowledged: durable
-			e := userEnt(i, 1, 1, 10, int64(i))
-			mine = append(mine, e.Data)
-			require.NoError(t, l.Write([]*pb.Entry{e}, hardState(1, 1, i-1)))
-		}
-		_, err := l.Sync()
-		require.NoError(t, err)
-
-		// The leader's log: the same entries (term 1) to 350, then term 2 to
-		// 400; it starts at 100. Its snapshot is at 400.
-		term := func(i uint64) uint64 { return map[bool]uint64{true: 1, false: 2}[i <= 350] }
-		d := snapDesc{first: 100, prevTerm: 1, start: 98, confs: []confEntry{{index: 1, cs: &pb.ConfState{Voters: []uint64{1, 2, 3}}}}}
-		data, err := d.encode()
-		require.NoError(t, err)
-		snap := &pb.Snapshot{Metadata: &pb.SnapshotMetadata{Index: new(uint64(400)), Term: new(uint64(2)),
-			ConfState: &pb.ConfState{Voters: []uint64{1, 2, 3}}}, Data: data}
-		copied := 0
-		err = l.InstallSnapshot(snap, func(from, to uint64) ([]*pb.Entry, uint64, error) {
-			var ents []*pb.Entry
-			for i := from; i <= min(to, from+19); i++ {
-				ents = append(ents, userEnt(i, term(i), 1, 10, int64(i)))
-			}
-			if len(ents) > 1 { // a copy, not a term probe
-				copied += len(ents)
-				if interrupted && copied > 40 {
-					return nil, 0, errors.New("source died")
-				}
-			}
-			return ents, term(from - 1), nil
-		})
-		if interrupted {
-			require.ErrorContains(t, err, "source died")
-		} else {
-			require.NoError(t, err)
-		}
-		require.NoError(t, l.Close())
-		mem.CrashClean()
-
-		l = openMem(t, opts)
-		fi, _ := l.FirstIndex()
-		li, _ := l.LastIndex()
-		hs, _, err := l.InitialState()
-		require.NoError(t, err)
-		require.Equal(t, uint64(2), fi, "our prefix is kept")
-		require.GreaterOrEqual(t, li, uint64(300), "nothing acknowledged is lost")
-		require.LessOrEqual(t, hs.GetCommit(), li)
-		ents, err := l.Entries(2, 301, 1<<30)
-		require.NoError(t, err)
-		for i, e := range ents {
-			require.Equal(t, mine[i][9:], e.Data[9:], "entry %d (after tag and stamped base offset)", i+2)
-		}
-		if !interrupted {
-			require.Equal(t, uint64(400), li)
-			tm, err := l.Term(400)
-			require.NoError(t, err)
-			require.Equal(t, uint64(2), tm)
-			require.Equal(t, uint64(400), hs.GetCommit())
-		}
-		require.NoError(t, l.Close())
-	}
-}
-
-// Retention policies delete the oldest closed, committed segments: those
-// wholly older than MaxAge, and those beyond the newest MaxBytes.
-func TestRetentionPoint(t *testing.T) {
-	segs := []SegmentInfo{
-		{FirstOffset: 0, EndOffset: 10, Bytes: 100, MaxTimestamp: 1000},
-		{FirstOffset: 10, EndOffset: 20, Bytes: 100, MaxTimestamp: 2000},
-		{FirstOffset: 20, EndOffset: 30, Bytes: 100, MaxTimestamp: 3000},
-		{FirstOffset: 30, EndOffset: 35, Bytes: 50, MaxTimestamp: 4000, Active: true},
-	}
-	require.Zero(t, RetentionPoint(segs, RetentionPolicy{}, 10000, 35), "no policy")
-	require.Equal(t, int64(20), RetentionPoint(segs, RetentionPolicy{MaxAge: 1500}, 4000, 35), "older than 2500")
-	require.Equal(t, int64(30), RetentionPoint(segs, RetentionPolicy{MaxAge: 1}, 1e9, 35), "never the active segment")
-	require.Equal(t, int64(10), RetentionPoint(segs, RetentionPolicy{MaxAge: 1}, 1e9, 15), "never past the high watermark")
-	require.Equal(t, int64(10), RetentionPoint(segs, RetentionPolicy{MaxBytes: 250}, 0, 35), "keeps at least 250 bytes")
-	require.Equal(t, int64(20), RetentionPoint(segs, RetentionPolicy{MaxBytes: 150}, 0, 35))
-
-	// On a real log: segments of the right sizes and timestamps.
-	l := openMem(t, memOpts(vfs.NewMem()))
-	defer l.Close()
-	for i := uint64(1); i <= 200; i++ {
-		require.NoError(t, l.Write([]*pb.Entry{userEnt(i, 1, 1, 1000, int64(i))}, hardState(1, 1, i)))
-	}
-	ss := l.Segments()
-	require.Greater(t, len(ss), 2)
-	require.True(t, ss[len(ss)-1].Active)
-	before := RetentionPoint(ss, RetentionPolicy{MaxAge: 50}, 200, l.EndOffset())
-	require.Positive(t, before)
-	require.Less(t, before, int64(200-50+1), "only records older than 50 ms")
-	_, err := l.DeleteBefore(before)
-	require.NoError(t, err)
-	require.Equal(t, before, l.StartOffset())
-}
-
-// A snapshot install copies only committed entries, and each chunk must
-// continue what it holds: a replica never serves the uncommitted suffix an
-// old leader left it (CommittedEntries stops at its commit index), and a
-// chunk whose previous term differs from the log being built is refused
-// (ErrDiverged) instead of spliced in. (The entries endpoint used to serve
-// up to the last index, from any replica, with only the snapshot index's
-// term checked.)
-func TestInstallTakesOnlyCommittedContinuousEntries(t *testing.T) {
-	src := openMem(t, memOpts(vfs.NewMem()))
-	defer src.Close()
-	require.NoError(t, src.Bootstrap(&pb.ConfState{Voters: []uint64{1, 2, 3}}))
-	for i := uint64(2); i <= 40; i++ { // committed up to 30; 31..40 an old leader's suffix
-		require.NoError(t, src.Write([]*pb.Entry{userEnt(i, 1, 1, 10, int64(i))}, hardState(1, 1, min(i, 30))))
-	}
-	ents, prev, err := src.CommittedEntries(20, 40, 1<<20)
-	require.NoError(t, err)
-	require.Equal(t, uint64(30), ents[len(ents)-1].GetIndex(), "never past the commit index")
-	require.Equal(t, uint64(1), prev)
-	_, _, err = src.CommittedEntries(31, 40, 1<<20)
-	require.ErrorIs(t, err, ErrNotCommitted)
-	_, _, err = src.CommittedEntries(1, 40, 1<<20)
-	require.ErrorIs(t, err, ErrOutOfRange, "below the log start")
-
-	// An install whose second chunk comes from a replica with another
-	// history (its entry before the chunk has another term).
-	dst := openMem(t, memOpts(vfs.NewMem()))
-	defer dst.Close()
-	d := snapDesc{first: 2, prevTerm: 1, confs: []confEntry{{index: 1, cs: &pb.ConfState{Voters: []uint64{1, 2, 3}}}}}
-	data, err := d.encode()
-	require.NoError(t, err)
-	snap := &pb.Snapshot{Metadata: &pb.SnapshotMetadata{Index: new(uint64(30)), Term: new(uint64(1)),
-		ConfState: &pb.ConfState{Voters: []uint64{1, 2, 3}}}, Data: data}
-	calls := 0
-	err = dst.InstallSnapshot(snap, func(from, to uint64) ([]*pb.Entry, uint64, error) {
-		calls++
-		ents, prev, err := src.CommittedEntries(from, min(to, from+9), 1<<20)
-		if calls == 2 {
-			prev = 7 // another history
-		}
-		return ents, prev, err
-	})
-	require.ErrorIs(t, err, ErrDiverged)
-	li, _ := dst.LastIndex()
-	require.Equal(t, uint64(11), li, "the first chunk stays, the diverging one is not written")
 }

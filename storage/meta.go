@@ -2,8 +2,8 @@ package storage
 
 // The side meta file: small, rarely written, replaced atomically
 // (write temp, Sync, Rename, SyncDir). It holds what must outlive the
-// segments it was learned from: the stream id, the conf state history and
-// the retention point.
+// segments it was learned from: the stream id, the conf state history,
+// the retention point and the stream's replicated config.
 
 import (
 	"errors"
@@ -42,6 +42,7 @@ type meta struct {
 	logStart    int64       // replicated retention point (first readable offset)
 	st          state       // hard state saved before a truncation (maxTs unused)
 	confs       []confEntry // sorted by index
+	config      streamConfig
 }
 
 func (m *meta) encode() ([]byte, error) {
@@ -66,6 +67,9 @@ func (m *meta) encode() ([]byte, error) {
 		b = le.AppendUint32(b, uint32(len(data)))
 		b = append(b, data...)
 	}
+	// The stream's replicated config (config.go) follows the conf
+	// history; a meta written before it existed ends here (no config).
+	b = m.config.appendTo(b)
 	return le.AppendUint32(b, crc32.Checksum(b, castagnoli)), nil
 }
 
@@ -104,6 +108,13 @@ func decodeMeta(b []byte) (meta, error) {
 			return m, errors.New("meta conf history out of order")
 		}
 		m.confs = append(m.confs, confEntry{index: idx, cs: cs})
+	}
+	if len(p) > 0 {
+		c, _, err := decodeStreamConfig(p)
+		if err != nil {
+			return m, fmt.Errorf("meta config: %w", err)
+		}
+		m.config = c
 	}
 	return m, nil
 }
@@ -145,25 +156,7 @@ func saveMeta(fsys vfs.FS, dir string, m *meta) error {
 	if err != nil {
 		return err
 	}
-	tmp := path.Join(dir, metaTmpName)
-	f, err := fsys.Create(tmp)
-	if err != nil {
-		return err
-	}
-	_, err = f.WriteAt(b, 0)
-	if err == nil {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		return err
-	}
-	if err := fsys.Rename(tmp, path.Join(dir, metaName)); err != nil {
-		return err
-	}
-	return fsys.SyncDir(dir)
+	return vfs.ReplaceFile(fsys, dir, metaName, b) // via metaTmpName
 }
 
 // confAt returns the ConfState in force at index (empty if none).

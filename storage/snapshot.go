@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"math"
 
 	pb "go.etcd.io/raft/v3/raftpb"
 	"google.golang.org/protobuf/proto"
@@ -17,9 +18,18 @@ import (
 // installing it rebuilds the same log: it starts an empty log at that
 // first index and copies the entries up to the snapshot index from the
 // leader (the "segment shipping" of the design, entry by entry, sequential
-// reads on the leader); normal replication continues after it.
+// reads on the leader); normal replication continues after it. Version 3
+// adds the sender's saved producer state (producers.go), which the
+// installing replica keeps if it is newer than its own: the producer state
+// of a log is a function of all of it, and the entries before the sender's
+// first index are not copied.
 
-const snapshotDataVersion = 2
+const snapshotDataVersion = 3
+
+// maxSnapshotProducers bounds the producer state a snapshot carries (it
+// travels in the MsgSnap frame): a larger one stays behind, and the
+// installing replica rebuilds what it can from the entries it copies.
+const maxSnapshotProducers = 4 << 20
 
 // snapDesc is what a snapshot's Data holds.
 type snapDesc struct {
@@ -28,6 +38,8 @@ type snapDesc struct {
 	start    int64  // Kafka offset of the first record at first
 	logStart int64  // the replicated retention point
 	confs    []confEntry
+	config   streamConfig  // the replicated config (absent from older snapshots)
+	prod     producerState // the sender's saved producer state (v3)
 }
 
 func (d *snapDesc) encode() ([]byte, error) {
@@ -47,7 +59,10 @@ func (d *snapDesc) encode() ([]byte, error) {
 		b = binary.BigEndian.AppendUint32(b, uint32(len(data)))
 		b = append(b, data...)
 	}
-	return b, nil
+	b = binary.BigEndian.AppendUint64(b, d.prod.index)
+	b = binary.BigEndian.AppendUint32(b, uint32(len(d.prod.data)))
+	b = append(b, d.prod.data...)
+	return d.config.appendTo(b), nil
 }
 
 func decodeSnapDesc(b []byte) (snapDesc, error) {
@@ -55,7 +70,7 @@ func decodeSnapDesc(b []byte) (snapDesc, error) {
 	bad := func(why string) (snapDesc, error) {
 		return snapDesc{}, fmt.Errorf("%w: snapshot data: %s", ErrBadEntry, why)
 	}
-	if len(b) < 37 || b[0] != snapshotDataVersion {
+	if len(b) < 37 || (b[0] != snapshotDataVersion && b[0] != 2) {
 		return bad("bad header")
 	}
 	d.first = binary.BigEndian.Uint64(b[1:])
@@ -83,6 +98,27 @@ func decodeSnapDesc(b []byte) (snapDesc, error) {
 		}
 		d.confs = append(d.confs, confEntry{index: idx, cs: cs})
 	}
+	if b[0] >= 3 {
+		if len(p) < 12 {
+			return bad("truncated producer state")
+		}
+		idx, l := binary.BigEndian.Uint64(p), binary.BigEndian.Uint32(p[8:])
+		p = p[12:]
+		if uint64(l) > uint64(len(p)) || (l > 0) != (idx > 0) {
+			return bad("bad producer state")
+		}
+		if l > 0 {
+			d.prod = producerState{index: idx, data: p[:l]}
+		}
+		p = p[l:]
+	}
+	if len(p) > 0 { // the replicated config, after the producer state from v3 on
+		c, _, err := decodeStreamConfig(p)
+		if err != nil {
+			return bad(err.Error())
+		}
+		d.config = c
+	}
 	if d.first == 0 || d.start < 0 {
 		return bad("bad first index or start offset")
 	}
@@ -104,7 +140,14 @@ func (l *Log) Snapshot() (*pb.Snapshot, error) {
 	if err != nil {
 		return nil, err
 	}
-	d := snapDesc{first: first, prevTerm: l.segs[0].hdr.prevTerm, start: l.segs[0].hdr.firstOffset, logStart: l.meta.logStart}
+	d := snapDesc{first: first, prevTerm: l.segs[0].hdr.prevTerm, start: l.segs[0].hdr.firstOffset, logStart: l.meta.logStart,
+		config: l.meta.config}
+	if len(l.prod.data) <= maxSnapshotProducers {
+		d.prod = l.prod
+	} else {
+		l.logger.Warn("producer state too large to ship with a snapshot: the installing replica rebuilds it from the entries it copies",
+			"bytes", len(l.prod.data), "limit", maxSnapshotProducers)
+	}
 	for i, c := range l.confs { // the membership in force at first-1, and every change since
 		if c.index >= first || i == len(l.confs)-1 || l.confs[i+1].index > first-1 {
 			d.confs = append(d.confs, c)
@@ -203,6 +246,24 @@ func (l *Log) InstallSnapshot(snap *pb.Snapshot, src EntrySource) error {
 			return err
 		}
 	}
+	// The config commands below the leader's log start are gone: their
+	// result comes with the snapshot.
+	if err := l.adoptConfig(d.config); err != nil {
+		return err
+	}
+	// The sender's producer state, if newer than ours (both are states of
+	// the committed log: the newer needs fewer of its entries).
+	if d.prod.data != nil {
+		l.wmu.Lock()
+		err := l.checkWriter()
+		if err == nil {
+			err = l.saveProducers(d.prod)
+		}
+		l.wmu.Unlock()
+		if err != nil {
+			return err
+		}
+	}
 	// Commit and applied move to the snapshot index only now that the
 	// entries are here: a crash before leaves a shorter, still valid log.
 	l.SetApplied(idx)
@@ -275,24 +336,30 @@ func (l *Log) matchPoint(d snapDesc, idx uint64, src EntrySource) (k uint64, ove
 	return lo, true, nil
 }
 
-// keepConfs keeps our membership history up to k and takes the leader's
-// (from the snapshot) after it.
+// keepConfs takes the leader's membership history (from the snapshot)
+// and keeps ours only before it starts. Ours can lack a change inside the
+// matching prefix [.., k]: a replica records a change when it applies it,
+// and one behind on its commit wrote the entry without applying it. The
+// leader's history covers the committed log from its log start on, which
+// matches ours up to k, so where both have a record they agree.
 func (l *Log) keepConfs(k uint64, leader []confEntry) error {
 	l.wmu.Lock()
 	defer l.wmu.Unlock()
 	if err := l.checkWriter(); err != nil {
 		return err
 	}
+	from := uint64(math.MaxUint64)
+	if len(leader) > 0 {
+		from = leader[0].index
+	}
 	var confs []confEntry
 	for _, c := range l.confs {
-		if c.index <= k {
+		if c.index <= k && c.index < from {
 			confs = append(confs, c)
 		}
 	}
 	for _, c := range leader {
-		if c.index > k {
-			confs = append(confs, confEntry{index: c.index, cs: proto.Clone(pb.EnsureConfState(c.cs)).(*pb.ConfState)})
-		}
+		confs = append(confs, confEntry{index: c.index, cs: proto.Clone(pb.EnsureConfState(c.cs)).(*pb.ConfState)})
 	}
 	return l.setConfs(confs)
 }

@@ -51,6 +51,16 @@ func NewSpace(fsys vfs.FS, dir string, reserve int64) *Space {
 	return s
 }
 
+// Low reports whether the last Check found the disk short of space.
+func (s *Space) Low() bool {
+	if s == nil {
+		return false
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.low
+}
+
 // Check recreates the ballast when the space allows it (twice Reserve
 // free) and reports whether the disk is short of space.
 func (s *Space) Check() (low bool) {
@@ -120,8 +130,9 @@ func (s *Space) release() bool {
 	return true
 }
 
-// rolled is told that a log took a new segment: the free space changed.
-func (s *Space) rolled() {
+// tookSpace is told that a log took disk (a new segment, a segment's
+// allocation growing): the free space changed.
+func (s *Space) tookSpace() {
 	if s != nil {
 		s.Check()
 	}

@@ -80,29 +80,46 @@ func (l *Log) prepare(ents []*pb.Entry) ([]prepEnt, error) {
 		if e.Data != nil {
 			p.flags |= flagDataSet
 		}
-		switch e.GetType() {
-		case pb.EntryNormal:
-			p.typ = recNormal
-			if len(e.Data) > 0 && e.Data[0] == TagUser {
-				p.typ, p.payload = recUser, e.Data[1:]
-				if p.info, err = parseBatches(p.payload); err != nil {
-					return nil, fmt.Errorf("entry %d: %w", e.GetIndex(), err)
-				}
-			}
-		case pb.EntryConfChange:
-			p.typ = recConfChange
-		case pb.EntryConfChangeV2:
-			p.typ = recConfChangeV2
-		default:
-			return nil, fmt.Errorf("%w: entry %d has type %v", ErrBadEntry, e.GetIndex(), e.GetType())
-		}
-		if len(p.payload) > maxPayload {
-			return nil, fmt.Errorf("%w: entry %d is %d bytes", ErrBadEntry, e.GetIndex(), len(e.Data))
+		if p.typ, p.payload, p.info, err = checkEntry(e); err != nil {
+			return nil, err
 		}
 		prep = append(prep, p)
 	}
 	l.scrP = prep
 	return prep, nil
+}
+
+// CheckEntry reports whether the log can store e: a known type, a user
+// entry made of whole v2 batches, not too large. Raft's driver checks
+// entries from the network with it before raft sees them (a malformed
+// entry reaching Write would stop the server).
+func CheckEntry(e *pb.Entry) error {
+	_, _, _, err := checkEntry(e)
+	return err
+}
+
+func checkEntry(e *pb.Entry) (typ uint8, payload []byte, info batchInfo, err error) {
+	payload = e.Data
+	switch e.GetType() {
+	case pb.EntryNormal:
+		typ = recNormal
+		if len(e.Data) > 0 && e.Data[0] == TagUser {
+			typ, payload = recUser, e.Data[1:]
+			if info, err = parseBatches(payload); err != nil {
+				return 0, nil, info, fmt.Errorf("entry %d: %w", e.GetIndex(), err)
+			}
+		}
+	case pb.EntryConfChange:
+		typ = recConfChange
+	case pb.EntryConfChangeV2:
+		typ = recConfChangeV2
+	default:
+		return 0, nil, info, fmt.Errorf("%w: entry %d has type %v", ErrBadEntry, e.GetIndex(), e.GetType())
+	}
+	if len(payload) > maxPayload {
+		return 0, nil, info, fmt.Errorf("%w: entry %d is %d bytes", ErrBadEntry, e.GetIndex(), len(e.Data))
+	}
+	return typ, payload, info, nil
 }
 
 // appendRecords writes the prepared entries, then a state record if st
@@ -131,9 +148,6 @@ func (l *Log) appendRecords(ents []*pb.Entry, prep []prepEnt, st *state) error {
 			if act.last < act.hdr.first {
 				// No entries here yet: grow this segment rather than leave an
 				// empty one behind (segment names are first indexes).
-				if err := act.f.Allocate(act.end + size(i)); err != nil {
-					return l.fail(err)
-				}
 				act.cap = act.end + size(i)
 				continue
 			}
@@ -141,6 +155,9 @@ func (l *Log) appendRecords(ents []*pb.Entry, prep []prepEnt, st *state) error {
 				return l.fail(err)
 			}
 			continue
+		}
+		if err := l.allocate(act, end); err != nil {
+			return l.fail(err)
 		}
 		if err := l.writeChunk(act, ents, prep, st, i, j, end); err != nil {
 			return l.fail(err)
@@ -150,10 +167,63 @@ func (l *Log) appendRecords(ents []*pb.Entry, prep []prepEnt, st *state) error {
 	return nil
 }
 
+// maxFirstAllocation bounds how much of a new segment its file holds at
+// first: all the disk an idle stream takes, instead of a whole segment.
+const maxFirstAllocation = 128 << 10
+
+// firstAllocation is a new segment's first step: a sixteenth of a small
+// segment, so that the tests' and the simulator's segments grow too.
+func (l *Log) firstAllocation() int64 {
+	return min(maxFirstAllocation, l.segSize/16)
+}
+
+// growthFactor is how much each step multiplies a segment's allocation
+// by: 128 KiB, 256 KiB, ... 64 MiB.
+const growthFactor = 2
+
+// fitAllocation is the step a segment holding end bytes has reached: the
+// first allocation grown until it holds them, at most the segment's size.
+func (l *Log) fitAllocation(end, size int64) int64 {
+	alloc := l.firstAllocation()
+	for alloc < end {
+		alloc *= growthFactor
+	}
+	return min(alloc, max(size, end))
+}
+
+// allocate grows s's file to hold end bytes, before the write that needs
+// them: in steps of growthFactor up to the segment's size, so that a
+// stream's disk follows its data.
+//
+// Each step costs the next fdatasync a journal commit (the file's size
+// changed), about 1.5 ms on the development VM: steps in every segment
+// cost measurable throughput, so a segment starts at the allocation its
+// predecessor reached (createSegment) and a busy stream takes the steps
+// once. That fdatasync makes the new size durable with the records in the
+// new room (fdatasync flushes a size change), so an acknowledged record
+// never lies beyond the size a crash keeps. A step that finds the disk
+// full is a roll that finds it full: the space reserve is given up and
+// the step tried again.
+func (l *Log) allocate(s *segment, end int64) error {
+	if end <= s.allocated {
+		return nil
+	}
+	size := max(min(max(growthFactor*s.allocated, l.firstAllocation()), s.cap), end)
+	l.writes++
+	if err := l.retryNoSpace(func() error { return s.f.Allocate(size) }); err != nil {
+		return err
+	}
+	s.allocated = size
+	l.space.tookSpace()
+	return nil
+}
+
 // writeChunk encodes items [i, j) into one fresh buffer (the tail cache
 // keeps slices of it, so it is never reused), writes it at act.end and
 // publishes the new records to readers.
 func (l *Log) writeChunk(act *segment, ents []*pb.Entry, prep []prepEnt, stp *state, i, j int, end int64) error {
+	l.assertActiveEnd(act, "before a write")
+	l.writes++
 	start := act.end
 	buf := make([]byte, end-start)
 	last, lastTerm, lastCRC := act.last, act.lastTerm, act.lastCRC
@@ -175,6 +245,7 @@ func (l *Log) writeChunk(act *segment, ents []*pb.Entry, prep []prepEnt, stp *st
 		}
 		p := &prep[k]
 		e := ents[k]
+		l.assertNextIndex(e.GetIndex(), last)
 		n := len(p.payload)
 		h := recHeader{length: uint32(n), typ: p.typ, flags: p.flags, term: e.GetTerm(), index: e.GetIndex(),
 			base: next, prevCRC: lastCRC}
@@ -186,7 +257,7 @@ func (l *Log) writeChunk(act *segment, ents []*pb.Entry, prep []prepEnt, stp *st
 		copy(payload, p.payload)
 		ce := cacheEnt{term: h.term, base: next, next: next + int64(h.count), typ: p.typ, flags: p.flags}
 		if p.typ == recUser {
-			stampBatches(payload, next) // our copy, never the caller's
+			stampBatches(payload, next, h.term) // our copy, never the caller's
 			maxTs = max(maxTs, p.info.maxTs)
 			ls = append(ls, lidxEnt{base: next, next: ce.next, pos: start + int64(o) + recHeaderSize,
 				index: h.index, maxTs: maxTs, length: uint32(n)})
@@ -224,6 +295,7 @@ func (l *Log) writeChunk(act *segment, ents []*pb.Entry, prep []prepEnt, stp *st
 	if _, err := act.f.WriteAt(buf, start); err != nil {
 		return err
 	}
+	l.stats.written.Add(int64(len(buf)))
 	failpoint.Inject("afterWrite", func(val failpoint.Value) {
 		failpoints.Hit("storage/afterWrite")
 		failpoints.CrashOn(val)
@@ -234,11 +306,17 @@ func (l *Log) writeChunk(act *segment, ents []*pb.Entry, prep []prepEnt, stp *st
 	for k := range cs {
 		l.cache.add(act.last+1+uint64(k), cs[k])
 	}
+	if b := l.cache.budget; b != nil && len(cs) > 0 {
+		l.lastWrite.Store(b.clock.Add(1))
+		b.makeRoom(l)
+	}
 	act.last, act.lastTerm, act.lastCRC, act.end, act.endOffset, act.maxTs = last, lastTerm, lastCRC, end, next, maxTs
 	if j > len(prep) {
 		l.st = st
 	}
 	l.mu.Unlock()
+	// Checked outside mu: the writer's lock keeps the active segment still.
+	l.assertActiveEnd(act, "after a write")
 	clear(cs) // drop references to buf from the scratch slice
 	l.scrR, l.scrL, l.scrC = rs, ls, cs
 	return nil
@@ -272,7 +350,11 @@ func (l *Log) roll(need int64) error {
 	if !l.keepPageCache {
 		l.uncache = append(l.uncache, old)
 	}
+	// old goes to the file cache with its files open: make room first, so
+	// the cache's bound holds while its index files are created.
+	l.files.reserve()
 	if err := l.retryNoSpace(func() error { return old.writeIndexFiles(l.fs, l.stream, l.ridx, l.lidx) }); err != nil {
+		l.files.unreserve()
 		return err
 	}
 	var ns *segment
@@ -280,9 +362,10 @@ func (l *Log) roll(need int64) error {
 		ns, err = l.createSegment(old, need)
 		return err
 	}); err != nil {
+		l.files.unreserve()
 		return err
 	}
-	l.space.rolled()
+	l.space.tookSpace()
 	// The next segment likely holds about as many entries: growing its
 	// indexes from nothing would copy them over and over.
 	ridx, lidx := make([]ridxEnt, 0, cap(l.ridx)), make([]lidxEnt, 0, cap(l.lidx))
@@ -290,6 +373,7 @@ func (l *Log) roll(need int64) error {
 	l.segs = append(l.segs, ns)
 	l.ridx, l.lidx = ridx, lidx
 	l.mu.Unlock()
+	l.files.adopt(old)
 	return nil
 }
 
@@ -299,8 +383,11 @@ func (l *Log) roll(need int64) error {
 func (l *Log) createSegment(prev *segment, need int64) (*segment, error) {
 	first := prev.last + 1
 	size := max(l.segSize, segHeaderSize+2*recSize(stateSize)+need)
+	// A stream that filled its last segment will likely fill this one:
+	// it starts where the last one's allocation ended (docs/storage.md).
+	alloc := min(size, max(l.firstAllocation(), prev.allocated, segHeaderSize+2*recSize(stateSize)+need))
 	s := &segment{
-		base: segBase(l.dir, first), cap: size,
+		base: segBase(l.dir, first), cap: size, allocated: alloc, files: l.files, fs: l.fs,
 		hdr: segHeader{stream: l.stream, first: first, firstOffset: prev.endOffset, prevTerm: prev.lastTerm,
 			size: size, chainCRC: prev.lastCRC},
 		last: prev.last, lastTerm: prev.lastTerm, lastCRC: prev.lastCRC, end: segHeaderSize,
@@ -312,7 +399,7 @@ func (l *Log) createSegment(prev *segment, need int64) (*segment, error) {
 	}
 	s.f = f
 	l.dirDirty = true
-	if err := f.Allocate(size); err != nil {
+	if err := f.Allocate(alloc); err != nil {
 		_ = f.Close()
 		return nil, err
 	}
@@ -360,7 +447,12 @@ func (l *Log) truncate(first uint64) error {
 	s := l.segs[k]
 	ridx, lidx := l.ridx, l.lidx
 	if k != len(l.segs)-1 {
-		sc, err := scanSegment(s, l.stream, s.cap)
+		// s is to be the active segment again: its files leave the cache,
+		// open, for the writer.
+		if err := s.reclaim(); err != nil {
+			return err
+		}
+		sc, err := scanSegment(s.f, s, l.stream, s.allocated)
 		if err != nil {
 			return err
 		}
@@ -426,6 +518,9 @@ func (l *Log) truncate(first uint64) error {
 		rec, crc = l.stateRecord(s, st)
 	}
 	if rec != nil {
+		if err := l.allocate(s, s.end+int64(len(rec))); err != nil {
+			return err
+		}
 		if _, err := s.f.WriteAt(rec, s.end); err != nil {
 			return err
 		}

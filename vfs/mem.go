@@ -2,7 +2,6 @@ package vfs
 
 import (
 	"errors"
-	"io"
 	"io/fs"
 	"maps"
 	"math"
@@ -22,7 +21,9 @@ var ErrCrashed = errors.New("vfs: file handle from before a crash")
 // Mem is an in-memory FS that tracks what a power loss would keep, so crash
 // tests and the simulator can check recovery against the real contract:
 // only Sync makes file data durable, and only SyncDir makes a directory
-// entry (create, rename, remove, mkdir) durable.
+// entry (create, rename, remove, mkdir) durable. Mem is the medium: its
+// faults are the medium's (power loss, a full disk, bit flips); a failing
+// device (EIO, misdirected writes) is ErrorFS, wrapped around it.
 //
 // Paths are cleaned and rooted: "a/b" and "/a/b" name the same file. Mem is
 // safe for concurrent use, and given the same calls in the same order and
@@ -36,25 +37,7 @@ type Mem struct {
 	gen      uint64 // bumped by a crash; handles of older generations are dead
 	used     int64  // sum of the sizes of linked files
 	capacity int64  // 0: unlimited
-	faults   Faults
 	stats    MemStats
-	// An armed misdirected write (see Misdirect).
-	misdirect      bool
-	misdirectPath  string
-	misdirectShift int64
-}
-
-// Faults selects injected failures. The counters count down as faults fire.
-type Faults struct {
-	// Path limits the faults to paths starting with it ("" matches all).
-	// For file operations it is the path the file was opened with.
-	Path string
-	// FailWrites fails the next FailWrites WriteAt, Truncate and Allocate
-	// calls with ErrIO; nothing is changed.
-	FailWrites int
-	// FailSyncs fails the next FailSyncs Sync and SyncDir calls with ErrIO;
-	// nothing becomes durable, the pending changes stay pending.
-	FailSyncs int
 }
 
 // MemStats counts successful operations, so tests can assert on IO cost.
@@ -64,7 +47,6 @@ type MemStats struct {
 	Writes       int64 // File.WriteAt
 	BytesWritten int64
 	BitFlips     int64 // FlipBit
-	Misdirected  int64 // writes that landed elsewhere (Misdirect)
 }
 
 // memNode is a directory or a file inode.
@@ -95,8 +77,8 @@ type undoRec struct {
 // unlimited is what FreeSpace reports with no capacity set.
 const unlimited = math.MaxInt64
 
-// NewMem returns an empty Mem with only the root directory, unlimited space
-// and no faults.
+// NewMem returns an empty Mem with only the root directory and unlimited
+// space.
 func NewMem() *Mem {
 	return &Mem{root: newDir()}
 }
@@ -105,23 +87,6 @@ var _ FS = (*Mem)(nil)
 
 func newDir() *memNode {
 	return &memNode{dir: true, entries: map[string]*memNode{}, durable: map[string]*memNode{}}
-}
-
-// SetFaults replaces the injected faults.
-func (m *Mem) SetFaults(f Faults) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if f.Path != "" {
-		f.Path = clean(f.Path)
-	}
-	m.faults = f
-}
-
-// Faults returns the injected faults that have not fired yet.
-func (m *Mem) Faults() Faults {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	return m.faults
 }
 
 // SetCapacity makes growing files fail with ErrNoSpace once the total size
@@ -161,31 +126,6 @@ func (m *Mem) FlipBit(name string, off int64, bit uint) error {
 	}
 	m.stats.BitFlips++
 	return nil
-}
-
-// Misdirect arms one misdirected write: the next WriteAt to a file whose
-// path (as opened, cleaned) starts with prefix ("" matches all) lands shift
-// bytes away from where it was asked to (at offset 0 if that is negative),
-// in the same file, and reports success as if it had landed where asked.
-// The intended range keeps its old content (a lost write) and the bytes at
-// the landing place are overwritten (collateral damage); the misdirected
-// write is pending like any write (a crash may drop or tear it). It fires
-// once; arming again replaces an armed one. shift 0 disarms.
-func (m *Mem) Misdirect(prefix string, shift int64) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if prefix != "" {
-		prefix = clean(prefix)
-	}
-	m.misdirect, m.misdirectPath, m.misdirectShift = shift != 0, prefix, shift
-}
-
-// MisdirectArmed reports whether a misdirected write is armed and has not
-// fired yet.
-func (m *Mem) MisdirectArmed() bool {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	return m.misdirect
 }
 
 // Stats returns the operation counters.
@@ -370,15 +310,6 @@ func (m *Mem) forgetIfGone(n *memNode) {
 	}
 }
 
-// fault reports whether an injected fault fires for path p.
-func (m *Mem) fault(counter *int, p string) bool {
-	if *counter <= 0 || !strings.HasPrefix(p, m.faults.Path) {
-		return false
-	}
-	*counter--
-	return true
-}
-
 // Create implements FS.
 func (m *Mem) Create(name string) (File, error) {
 	m.mu.Lock()
@@ -417,7 +348,7 @@ func (m *Mem) Open(name string) (File, error) {
 }
 
 func (m *Mem) handle(n *memNode, name string) *memFile {
-	return &memFile{m: m, n: n, name: name, path: clean(name), gen: m.gen}
+	return &memFile{m: m, n: n, name: name, gen: m.gen}
 }
 
 // Rename implements FS. Replacing a directory is not supported.
@@ -542,9 +473,6 @@ func (m *Mem) SyncDir(dir string) error {
 	if err != nil {
 		return err
 	}
-	if m.fault(&m.faults.FailSyncs, clean(dir)) {
-		return &fs.PathError{Op: "sync", Path: dir, Err: ErrIO}
-	}
 	old := d.durable
 	d.durable = maps.Clone(d.entries)
 	for _, n := range d.durable {
@@ -601,167 +529,4 @@ func (m *Mem) resize(n *memNode, size int64) {
 		m.used += size - int64(len(n.data))
 	}
 	n.resize(size)
-}
-
-// memFile is an open file of a Mem.
-type memFile struct {
-	m      *Mem
-	n      *memNode
-	name   string // as opened
-	path   string // cleaned, for fault matching
-	gen    uint64
-	closed bool
-}
-
-// check reports whether the handle may be used; m.mu must be held.
-func (f *memFile) check(op string) error {
-	switch {
-	case f.closed:
-		return &fs.PathError{Op: op, Path: f.name, Err: fs.ErrClosed}
-	case f.gen != f.m.gen:
-		return &fs.PathError{Op: op, Path: f.name, Err: ErrCrashed}
-	}
-	return nil
-}
-
-func (f *memFile) Name() string { return f.name }
-
-func (f *memFile) Close() error {
-	f.m.mu.Lock()
-	defer f.m.mu.Unlock()
-	if f.closed {
-		return &fs.PathError{Op: "close", Path: f.name, Err: fs.ErrClosed}
-	}
-	f.closed = true
-	return nil
-}
-
-func (f *memFile) ReadAt(p []byte, off int64) (int, error) {
-	f.m.mu.Lock()
-	defer f.m.mu.Unlock()
-	if err := f.check("read"); err != nil {
-		return 0, err
-	}
-	if off < 0 {
-		return 0, &fs.PathError{Op: "read", Path: f.name, Err: syscall.EINVAL}
-	}
-	if off >= int64(len(f.n.data)) {
-		return 0, io.EOF
-	}
-	n := copy(p, f.n.data[off:])
-	if n < len(p) {
-		return n, io.EOF
-	}
-	return n, nil
-}
-
-// modify runs the common checks of a change that may grow the file to size.
-func (f *memFile) modify(op string, size int64) error {
-	if err := f.check(op); err != nil {
-		return err
-	}
-	if size < 0 {
-		return &fs.PathError{Op: op, Path: f.name, Err: syscall.EINVAL}
-	}
-	if f.m.fault(&f.m.faults.FailWrites, f.path) {
-		return &fs.PathError{Op: op, Path: f.name, Err: ErrIO}
-	}
-	if !f.m.grow(f.n, size) {
-		return &fs.PathError{Op: op, Path: f.name, Err: ErrNoSpace}
-	}
-	return nil
-}
-
-func (f *memFile) WriteAt(p []byte, off int64) (int, error) {
-	f.m.mu.Lock()
-	defer f.m.mu.Unlock()
-	misdirected := false
-	if m := f.m; m.misdirect && off >= 0 && len(p) > 0 && strings.HasPrefix(f.path, m.misdirectPath) && f.check("write") == nil {
-		off, misdirected = max(off+m.misdirectShift, 0), true
-	}
-	end := off + int64(len(p))
-	if off < 0 {
-		end = -1 // rejected by modify
-	}
-	if err := f.modify("write", end); err != nil {
-		return 0, err
-	}
-	if len(p) == 0 {
-		return 0, nil
-	}
-	if misdirected {
-		f.m.misdirect = false
-		f.m.stats.Misdirected++
-	}
-	n := f.n
-	cur := int64(len(n.data))
-	u := undoRec{off: off, n: int64(len(p)), oldSize: cur}
-	if off < cur {
-		u.old = slices.Clone(n.data[off:min(end, cur)])
-	}
-	n.pending = append(n.pending, u)
-	if end > cur {
-		f.m.resize(n, end)
-	}
-	copy(n.data[off:], p)
-	f.m.stats.Writes++
-	f.m.stats.BytesWritten += int64(len(p))
-	return len(p), nil
-}
-
-func (f *memFile) Size() (int64, error) {
-	f.m.mu.Lock()
-	defer f.m.mu.Unlock()
-	if err := f.check("stat"); err != nil {
-		return 0, err
-	}
-	return int64(len(f.n.data)), nil
-}
-
-func (f *memFile) Truncate(size int64) error {
-	f.m.mu.Lock()
-	defer f.m.mu.Unlock()
-	if err := f.modify("truncate", size); err != nil {
-		return err
-	}
-	f.m.setSize(f.n, size)
-	return nil
-}
-
-func (f *memFile) Allocate(size int64) error {
-	f.m.mu.Lock()
-	defer f.m.mu.Unlock()
-	if err := f.modify("allocate", size); err != nil {
-		return err
-	}
-	if size > int64(len(f.n.data)) {
-		f.m.setSize(f.n, size)
-	}
-	return nil
-}
-
-func (f *memFile) Sync() error {
-	f.m.mu.Lock()
-	defer f.m.mu.Unlock()
-	if err := f.check("sync"); err != nil {
-		return err
-	}
-	if f.m.fault(&f.m.faults.FailSyncs, f.path) {
-		return &fs.PathError{Op: "sync", Path: f.name, Err: ErrIO}
-	}
-	f.n.pending = nil
-	f.m.stats.Syncs++
-	return nil
-}
-
-func (f *memFile) DropCache(off, n int64) error {
-	f.m.mu.Lock()
-	defer f.m.mu.Unlock()
-	return f.check("fadvise")
-}
-
-func (f *memFile) Prefetch(off, n int64) error {
-	f.m.mu.Lock()
-	defer f.m.mu.Unlock()
-	return f.check("fadvise")
 }

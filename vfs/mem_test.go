@@ -299,30 +299,6 @@ func TestMemHandlesInvalidAfterCrash(t *testing.T) {
 	require.Equal(t, "abc", content(t, m, "/d/f"))
 }
 
-func TestMemFaults(t *testing.T) {
-	m, f := newDurable(t, "/d/f", []byte("abc"))
-	other, err := m.Create("/other")
-	require.NoError(t, err)
-
-	m.SetFaults(Faults{Path: "/d", FailWrites: 2, FailSyncs: 2})
-	_, err = other.WriteAt([]byte("x"), 0) // filtered out
-	require.NoError(t, err)
-	require.NoError(t, other.Sync())
-
-	_, err = f.WriteAt([]byte("X"), 0)
-	require.ErrorIs(t, err, ErrIO)
-	require.ErrorIs(t, f.Truncate(0), ErrIO)
-	_, err = f.WriteAt([]byte("X"), 0) // faults used up
-	require.NoError(t, err)
-	require.Equal(t, "Xbc", string(readAll(t, f)))
-
-	require.ErrorIs(t, f.Sync(), ErrIO)
-	require.ErrorIs(t, m.SyncDir("/d"), ErrIO)
-	require.Equal(t, Faults{Path: "/d"}, m.Faults())
-	m.CrashClean() // the failed sync made nothing durable
-	require.Equal(t, "abc", content(t, m, "/d/f"))
-}
-
 func TestMemCapacity(t *testing.T) {
 	m := NewMem()
 	m.SetCapacity(1000)
@@ -453,62 +429,4 @@ func TestMemFlipBitSurvivesAnyCrash(t *testing.T) {
 		require.Equal(t, byte(0x80), buf[1000])
 		require.Contains(t, []byte{0x01, 0x03}, buf[250], "either the durable zero or the pending 2, flipped")
 	}
-}
-
-func TestMemMisdirect(t *testing.T) {
-	m, f := newDurable(t, "/d/f", []byte("0123456789"))
-	other, err := m.Create("/e")
-	require.NoError(t, err)
-	m.Misdirect("/d", 4)
-	require.True(t, m.MisdirectArmed())
-	_, err = other.WriteAt([]byte("zz"), 0) // outside the prefix: lands where asked
-	require.NoError(t, err)
-	n, err := f.WriteAt([]byte("ab"), 2)
-	require.NoError(t, err)
-	require.Equal(t, 2, n)
-	require.False(t, m.MisdirectArmed())
-	_, err = f.WriteAt([]byte("c"), 0) // one shot: the next write is fine
-	require.NoError(t, err)
-	buf := make([]byte, 10)
-	_, err = f.ReadAt(buf, 0)
-	require.NoError(t, err)
-	require.Equal(t, "c12345ab89", string(buf))
-	require.Equal(t, int64(1), m.Stats().Misdirected)
-
-	// A negative shift clamps at 0 and may grow nothing; a shift past the
-	// end grows the file (zero-filled), as a write there would.
-	m.Misdirect("", -100)
-	_, err = f.WriteAt([]byte("Q"), 5)
-	require.NoError(t, err)
-	m.Misdirect("/d/f", 10)
-	_, err = f.WriteAt([]byte("W"), 5)
-	require.NoError(t, err)
-	sz, err := f.Size()
-	require.NoError(t, err)
-	require.Equal(t, int64(16), sz)
-	buf = make([]byte, 16)
-	_, err = f.ReadAt(buf, 0)
-	require.NoError(t, err)
-	require.Equal(t, "Q12345ab89\x00\x00\x00\x00\x00W", string(buf))
-
-	// The misdirected write is pending like any other: a crash may drop it.
-	require.NoError(t, f.Sync())
-	m.Misdirect("/d/f", 1)
-	_, err = f.WriteAt([]byte("R"), 0)
-	require.NoError(t, err)
-	m.CrashClean()
-	g, err := m.Open("/d/f")
-	require.NoError(t, err)
-	_, err = g.ReadAt(buf, 0)
-	require.NoError(t, err)
-	require.Equal(t, "Q12345ab89\x00\x00\x00\x00\x00W", string(buf))
-
-	// A failed write does not use up the misdirection.
-	m.Misdirect("/d/f", 1)
-	m.SetFaults(Faults{FailWrites: 1})
-	_, err = g.WriteAt([]byte("S"), 0)
-	require.ErrorIs(t, err, ErrIO)
-	require.True(t, m.MisdirectArmed())
-	m.Misdirect("", 0)
-	require.False(t, m.MisdirectArmed())
 }

@@ -1,6 +1,7 @@
 // Package vfs is the file-system edge of VDL. The storage engine is written
 // against FS alone, so the same code runs on the real disk (OS) and on the
-// simulated disk (Mem), which models what survives a crash.
+// simulated disk (Mem), which models what survives a crash; ErrorFS wraps
+// either with a failing device (injected EIO, misdirected writes).
 package vfs
 
 import (
@@ -9,7 +10,8 @@ import (
 )
 
 // ErrNoSpace and ErrIO are returned (wrapped) when the device is full or
-// failing. Mem injects them; OS maps ENOSPC/EIO onto them.
+// failing. Mem (a full disk) and ErrorFS (a failing device) inject them;
+// OS maps ENOSPC/EIO onto them.
 var (
 	ErrNoSpace = errors.New("vfs: no space left on device")
 	ErrIO      = errors.New("vfs: input/output error")

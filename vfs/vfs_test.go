@@ -32,6 +32,11 @@ var implementations = []struct {
 		require.NoError(t, m.MkdirAll("/tmp/x"))
 		return m, "/tmp/x"
 	}},
+	{"ErrorFS", func(t *testing.T) (FS, string) {
+		m := NewMem()
+		require.NoError(t, m.MkdirAll("/tmp/x"))
+		return NewErrorFS(m), "/tmp/x"
+	}},
 }
 
 func TestConformance(t *testing.T) {
@@ -324,4 +329,29 @@ func TestOSErrorMapping(t *testing.T) {
 	require.Same(t, orig, mapErr(orig))
 	require.NoError(t, mapErr(nil))
 	require.False(t, errors.Is(mapErr(orig), ErrIO))
+}
+
+// ReplaceFile leaves exactly the new contents, also over a longer old file
+// and a leftover temporary file, and they survive a crash.
+func TestReplaceFile(t *testing.T) {
+	m := NewMem()
+	require.NoError(t, m.MkdirAll("/d"))
+	require.NoError(t, m.SyncDir("/"))
+	require.NoError(t, ReplaceFile(m, "/d", "f", []byte("a longer first version")))
+	w, err := m.Create("/d/f.tmp") // a leftover of an interrupted call
+	require.NoError(t, err)
+	_, err = w.WriteAt([]byte("garbage garbage garbage garbage"), 0)
+	require.NoError(t, err)
+	require.NoError(t, w.Close())
+	require.NoError(t, ReplaceFile(m, "/d", "f", []byte("second")))
+	m.CrashClean()
+	f, err := m.Open("/d/f")
+	require.NoError(t, err)
+	defer f.Close()
+	size, err := m.Stat("/d/f")
+	require.NoError(t, err)
+	b := make([]byte, size)
+	_, err = f.ReadAt(b, 0)
+	require.NoError(t, err)
+	require.Equal(t, "second", string(b))
 }

@@ -24,7 +24,7 @@ func main() {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(serverCmd(), devCmd())
+	root.AddCommand(serverCmd(), configServerCmd(), devCmd(), certsCmd(), userCmd())
 	if err := root.Execute(); err != nil {
 		fmt.Fprintln(os.Stderr, "vdl:", err)
 		if errors.Is(err, server.ErrFailStop) {

@@ -6,11 +6,12 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
-	"strings"
 	"syscall"
+	"time"
 
 	"github.com/spf13/cobra"
 
+	"github.com/vdl-project/vdl/internal/lograte"
 	"github.com/vdl-project/vdl/server"
 )
 
@@ -55,10 +56,13 @@ func serverCmd() *cobra.Command {
 			if bootstrap {
 				cfg.InitialClusterState = "new"
 			}
-			logger := newLogger(cfg.Log).With("node", cfg.NodeID)
 			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
-			return server.Run(ctx, cfg, logger)
+			logger, err := newLogger(ctx, cfg.Log)
+			if err != nil {
+				return err
+			}
+			return server.Run(ctx, cfg, logger.With("node", cfg.NodeID))
 		},
 	}
 	f := cmd.Flags()
@@ -74,19 +78,41 @@ func serverCmd() *cobra.Command {
 	return cmd
 }
 
-func newLogger(c server.LogConfig) *slog.Logger {
-	var level slog.Level
-	switch strings.ToLower(c.Level) {
-	case "debug":
-		level = slog.LevelDebug
-	case "warn":
-		level = slog.LevelWarn
-	case "error":
-		level = slog.LevelError
+// newLogger writes to stderr at the configured level, with repeated
+// warnings rate-limited (lograte); a goroutine reports a burst that stopped
+// until ctx ends.
+func newLogger(ctx context.Context, c server.LogConfig) (*slog.Logger, error) {
+	if err := c.Check(); err != nil {
+		return nil, err
 	}
+	level, _ := c.SlogLevel()
 	opts := &slog.HandlerOptions{Level: level}
+	var inner slog.Handler = slog.NewTextHandler(os.Stderr, opts)
 	if c.Format == "json" {
-		return slog.New(slog.NewJSONHandler(os.Stderr, opts))
+		inner = slog.NewJSONHandler(os.Stderr, opts)
 	}
-	return slog.New(slog.NewTextHandler(os.Stderr, opts))
+	h := lograte.New(inner, lograte.Options{Burst: logBurst, Interval: logInterval})
+	go flushLogs(ctx, h)
+	return slog.New(h), nil
+}
+
+// Each kind of warning is let through logBurst times per logInterval
+// (docs/operations.md, Logs).
+const (
+	logBurst    = 5
+	logInterval = 10 * time.Second
+)
+
+func flushLogs(ctx context.Context, h *lograte.Handler) {
+	t := time.NewTicker(logInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			h.Flush(context.Background())
+			return
+		case <-t.C:
+			h.Flush(ctx)
+		}
+	}
 }

@@ -25,7 +25,7 @@ sleep, panic, print, pause. Names are short (storage/beforeSync) or full
 		Args: exactArgs(0, "a subcommand: list, get, enable, disable"),
 		RunE: func(cmd *cobra.Command, args []string) error { return cmd.Help() },
 	}
-	client := func() *failpoints.Client { return &failpoints.Client{BaseURL: a.admin} }
+	client := func() *failpoints.Client { return &failpoints.Client{BaseURL: a.admin, HTTP: httpClient} }
 
 	var asJSON bool
 	list := &cobra.Command{

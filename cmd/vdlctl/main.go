@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strings"
 
 	"github.com/spf13/cobra"
 )
@@ -24,9 +25,14 @@ const (
 
 // app is what every command shares: global flags and output streams.
 type app struct {
-	admin  string
-	stdout io.Writer
-	stderr io.Writer
+	admin string
+	// configServers are the config servers' API addresses; format is
+	// the output format of their commands (table or json).
+	configServers string
+	format        string
+	creds         credentials
+	stdout        io.Writer
+	stderr        io.Writer
 }
 
 var commands []func(*app) *cobra.Command
@@ -56,6 +62,21 @@ func newRootCmd(a *app) *cobra.Command {
 	root.SetOut(a.stdout)
 	root.SetErr(a.stderr)
 	root.PersistentFlags().StringVar(&a.admin, "admin", defaultAdmin, "admin HTTP address of the server (host:port or URL)")
+	root.PersistentFlags().StringVar(&a.configServers, "config-servers", envOr("VDL_CONFIG_SERVERS", defaultConfigServers),
+		"config servers' API addresses, comma-separated [$VDL_CONFIG_SERVERS]")
+	root.PersistentFlags().StringVarP(&a.format, "output", "o", "table", "output of the config server commands: table or json")
+	a.creds.flags(root)
+	root.PersistentPreRunE = func(*cobra.Command, []string) error {
+		cl, err := a.creds.client()
+		if err != nil {
+			return usageError{err}
+		}
+		httpClient = cl
+		if !strings.Contains(a.admin, "://") {
+			a.admin = a.creds.scheme() + "://" + a.admin
+		}
+		return nil
+	}
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
 	for _, build := range commands {
 		root.AddCommand(build(a))
@@ -79,6 +100,13 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return exitUsage
 	}
 	return exitError
+}
+
+func envOr(name, def string) string {
+	if v := os.Getenv(name); v != "" {
+		return v
+	}
+	return def
 }
 
 func main() { os.Exit(run(os.Args[1:], os.Stdout, os.Stderr)) }

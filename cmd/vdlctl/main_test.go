@@ -104,5 +104,5 @@ func TestFailpointProductionServer(t *testing.T) {
 func TestFailpointUnreachable(t *testing.T) {
 	code, _, errOut := vdlctl("--admin", "127.0.0.1:1", "failpoint", "disable", fpIOError)
 	assert.Equal(t, 1, code)
-	assert.Contains(t, errOut, "cannot reach the admin HTTP at 127.0.0.1:1")
+	assert.Contains(t, errOut, "cannot reach the admin HTTP at http://127.0.0.1:1")
 }

@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
 	"fmt"
 	"os"
 	"os/signal"
@@ -11,6 +12,11 @@ import (
 
 	"github.com/spf13/cobra"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/sasl"
+	"github.com/twmb/franz-go/pkg/sasl/plain"
+	"github.com/twmb/franz-go/pkg/sasl/scram"
+
+	"github.com/vdl-project/vdl/internal/pki"
 )
 
 func init() { addCommand(newProduceCmd) }
@@ -19,11 +25,21 @@ func init() { addCommand(newProduceCmd) }
 type clientFlags struct {
 	brokers string
 	topic   string
+	// a Kafka TLS listener (--tls, trusting --ca), with SASL when --user
+	// is set (docs/security.md)
+	tls                      bool
+	ca                       string
+	user, passwordFile, mech string
 }
 
 func (f *clientFlags) register(cmd *cobra.Command) {
 	cmd.Flags().StringVarP(&f.brokers, "brokers", "b", "127.0.0.1:9092", "comma-separated Kafka bootstrap addresses")
 	cmd.Flags().StringVarP(&f.topic, "topic", "t", "", "stream (topic) name")
+	cmd.Flags().BoolVar(&f.tls, "tls", false, "connect with TLS (the servers' kafka_tls_listen), trusting --kafka-ca")
+	cmd.Flags().StringVar(&f.ca, "kafka-ca", os.Getenv("VDL_CA"), "CA certificate (PEM) of the Kafka TLS listener [$VDL_CA]")
+	cmd.Flags().StringVar(&f.user, "user", os.Getenv("VDL_KAFKA_USER"), "SASL user [$VDL_KAFKA_USER]")
+	cmd.Flags().StringVar(&f.passwordFile, "password-file", os.Getenv("VDL_KAFKA_PASSWORD_FILE"), "file holding the SASL password [$VDL_KAFKA_PASSWORD_FILE]")
+	cmd.Flags().StringVar(&f.mech, "sasl-mechanism", "SCRAM-SHA-512", "SCRAM-SHA-256, SCRAM-SHA-512 or PLAIN")
 }
 
 func (f *clientFlags) opts() ([]kgo.Opt, error) {
@@ -39,7 +55,50 @@ func (f *clientFlags) opts() ([]kgo.Opt, error) {
 	if len(seeds) == 0 {
 		return nil, usageError{fmt.Errorf("--brokers is empty")}
 	}
-	return []kgo.Opt{kgo.SeedBrokers(seeds...), kgo.DialTimeout(5 * time.Second)}, nil
+	opts := []kgo.Opt{kgo.SeedBrokers(seeds...), kgo.DialTimeout(5 * time.Second)}
+	if f.tls {
+		cfg := &tls.Config{MinVersion: tls.VersionTLS12}
+		if f.ca != "" {
+			pool, err := pki.Pool(f.ca)
+			if err != nil {
+				return nil, fmt.Errorf("--kafka-ca: %w", err)
+			}
+			cfg.RootCAs = pool
+		}
+		opts = append(opts, kgo.DialTLSConfig(cfg))
+	}
+	if f.user != "" {
+		m, err := f.sasl()
+		if err != nil {
+			return nil, err
+		}
+		opts = append(opts, kgo.SASL(m))
+	}
+	return opts, nil
+}
+
+// sasl is the SASL mechanism of --user, --password-file, --sasl-mechanism.
+func (f *clientFlags) sasl() (sasl.Mechanism, error) {
+	if f.passwordFile == "" {
+		return nil, usageError{fmt.Errorf("--user needs --password-file")}
+	}
+	b, err := os.ReadFile(f.passwordFile)
+	if err != nil {
+		return nil, fmt.Errorf("--password-file: %w", err)
+	}
+	pass := strings.TrimRight(string(b), "\r\n")
+	switch f.mech {
+	case "SCRAM-SHA-256":
+		return scram.Auth{User: f.user, Pass: pass}.AsSha256Mechanism(), nil
+	case "SCRAM-SHA-512":
+		return scram.Auth{User: f.user, Pass: pass}.AsSha512Mechanism(), nil
+	case "PLAIN":
+		if !f.tls {
+			return nil, usageError{fmt.Errorf("--sasl-mechanism PLAIN sends the password in clear: use it with --tls")}
+		}
+		return plain.Auth{User: f.user, Pass: pass}.AsMechanism(), nil
+	}
+	return nil, usageError{fmt.Errorf("--sasl-mechanism %q: want SCRAM-SHA-256, SCRAM-SHA-512 or PLAIN", f.mech)}
 }
 
 func newProduceCmd(a *app) *cobra.Command {

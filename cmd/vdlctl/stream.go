@@ -6,6 +6,7 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -73,12 +74,24 @@ func printResult(a *app, body []byte) {
 
 func newStatusCmd(a *app) *cobra.Command {
 	var asJSON bool
+	var prefix string
+	var limit int
 	cmd := &cobra.Command{
-		Use:   "status",
+		Use:   "status [--prefix P] [--limit N]",
 		Short: "Show the streams a server hosts: leader, role, offsets, replicas",
 		Args:  exactArgs(0, "none"),
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			body, err := adminDo(http.MethodGet, adminURL(a.admin, "/status", nil))
+			if limit < 0 {
+				return fmt.Errorf("--limit %d: want a count (0: every stream)", limit)
+			}
+			q := url.Values{}
+			if prefix != "" {
+				q.Set("prefix", prefix)
+			}
+			if limit > 0 {
+				q.Set("limit", strconv.Itoa(limit))
+			}
+			body, err := adminDo(http.MethodGet, adminURL(a.admin, "/status", q))
 			if err != nil {
 				return err
 			}
@@ -89,6 +102,7 @@ func newStatusCmd(a *app) *cobra.Command {
 			var st struct {
 				NodeID  uint64 `json:"node_id"`
 				Profile string `json:"profile"`
+				Total   int    `json:"total"`
 				Streams []struct {
 					Name           string   `json:"name"`
 					Leader         uint64   `json:"leader"`
@@ -113,10 +127,18 @@ func newStatusCmd(a *app) *cobra.Command {
 				fmt.Fprintf(tw, "%s\t%d\t%s\t%d\t%d\t%d\t%d\t%v\t%v\t%s\n", s.Name, s.Leader, strings.TrimPrefix(s.Role, "State"), s.Term,
 					s.StartOffset, s.HighWatermark, s.EndOffset, s.Voters, s.InSync, retention(s.RetentionMs, s.RetentionBytes))
 			}
-			return tw.Flush()
+			if err := tw.Flush(); err != nil {
+				return err
+			}
+			if more := st.Total - len(st.Streams); more > 0 {
+				fmt.Fprintf(a.stdout, "... and %d more (--limit 0 shows every stream, --prefix filters)\n", more)
+			}
+			return nil
 		},
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the raw JSON")
+	cmd.Flags().StringVar(&prefix, "prefix", "", "only the streams whose names start with this")
+	cmd.Flags().IntVar(&limit, "limit", 100, "show at most this many streams, by name (0: all)")
 	return cmd
 }
 
@@ -138,8 +160,8 @@ func retention(ms, bytes int64) string {
 func newStreamCmd(a *app) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "stream",
-		Short: "Stream operations on the stream's leader: retention, leader transfer",
-		Args:  exactArgs(0, "a subcommand: retain, transfer-leader"),
+		Short: "Streams: create, delete, describe, list, alter (config servers); retain, transfer-leader (the stream's leader)",
+		Args:  exactArgs(0, "a subcommand: create, delete, describe, list, alter, retain, transfer-leader"),
 		RunE:  func(cmd *cobra.Command, _ []string) error { return cmd.Help() },
 	}
 	var before int64
@@ -179,5 +201,6 @@ func newStreamCmd(a *app) *cobra.Command {
 	}
 	transfer.Flags().Uint64Var(&to, "to", 0, "node id of the new leader")
 	cmd.AddCommand(retain, transfer)
+	addStreamAdminCmds(a, cmd)
 	return cmd
 }

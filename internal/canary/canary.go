@@ -44,6 +44,10 @@ const (
 	// NoReadFence: reads (fetches, ListOffsets, the group coordinator)
 	// skip the leadership confirmation (server.Backend).
 	NoReadFence Name = "no-read-fence"
+	// DedupOff: the leader appends idempotent producers' retries again
+	// instead of answering them with the original's offsets
+	// (raftnode.Core): duplicates.
+	DedupOff Name = "dedup-off"
 	// Livelock: the watchdog's canary: once running for a while,
 	// raftnode.Node.Flush makes its own work (it ticks the core whenever
 	// it runs out of effects) and never returns.
@@ -53,4 +57,4 @@ const (
 // All lists every canary.
 var All = []Name{AckBeforeFsync, AckBeforeCommit, ReadAboveHWM, ReorderResponses, ServeCorrupt,
 	SkipPoison, RetainAboveCommit, HardStateNotSynced, ConfStateNotReplayed, FollowerServesFetch,
-	NoReadFence, Livelock}
+	NoReadFence, DedupOff, Livelock}

@@ -35,6 +35,15 @@ var (
 	// It carries the canaries too (internal/canary): a server runs the one
 	// VDL_CANARY names.
 	Failpoint = &Binary{build: buildFailpoint}
+	// Canary is go build -tags vdlcanary: the production build whose
+	// servers run the canary VDL_CANARY names (internal/canary).
+	Canary = &Binary{build: func(dir string) (string, error) {
+		root, err := ModuleRoot()
+		if err != nil {
+			return "", err
+		}
+		return goBuildCmd(root, filepath.Join(dir, "canary"), "vdl", "-tags", "vdlcanary")
+	}}
 	// Vdlctl is the admin CLI (go build ./cmd/vdlctl).
 	Vdlctl = &Binary{build: func(dir string) (string, error) {
 		root, err := ModuleRoot()
@@ -147,9 +156,9 @@ func fileExists(p string) bool {
 func GoBuild(srcDir, outDir string) (string, error) { return goBuildCmd(srcDir, outDir, "vdl") }
 
 // goBuildCmd builds ./cmd/<name> of the module in srcDir into outDir/<name>.
-func goBuildCmd(srcDir, outDir, name string) (string, error) {
+func goBuildCmd(srcDir, outDir, name string, flags ...string) (string, error) {
 	bin := filepath.Join(outDir, name)
-	cmd := exec.Command(goTool(), "build", "-o", bin, "./cmd/"+name)
+	cmd := exec.Command(goTool(), append(append([]string{"build"}, flags...), "-o", bin, "./cmd/"+name)...)
 	cmd.Dir = srcDir
 	if out, err := cmd.CombinedOutput(); err != nil {
 		return "", fmt.Errorf("go build ./cmd/%s in %s: %v\n%s", name, srcDir, err, out)

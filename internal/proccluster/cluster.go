@@ -12,22 +12,35 @@
 package proccluster
 
 import (
-	"encoding/json"
 	"fmt"
-	"io"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
-	"syscall"
-	"testing"
 	"time"
 
+	"github.com/vdl-project/vdl/internal/pki"
 	"github.com/vdl-project/vdl/internal/testnet"
 )
+
+// T is what a cluster needs of its caller: a testing.TB, or a command's
+// stand-in for one (the campaign runner, jepsen-like/).
+type T interface {
+	Helper()
+	Logf(format string, args ...any)
+	Error(args ...any)
+	Errorf(format string, args ...any)
+	Fatal(args ...any)
+	Fatalf(format string, args ...any)
+	Failed() bool
+	Cleanup(func())
+	TempDir() string
+}
 
 // Options shape a test cluster.
 type Options struct {
@@ -37,6 +50,7 @@ type Options struct {
 	TickMillis     int      // default 50 (election after 10-20 ticks)
 	SegmentBytes   int64    // default: the server's
 	TailCacheBytes int64    // default: the server's (8 MiB)
+	ReservedBytes  int64    // the data dir's space reserve; default: the server's
 	LogLevel       string   // default "info"
 	Dir            string   // default tb.TempDir()
 	// StartTimeout bounds each wait of Start, Restart and RestartAll: for a
@@ -48,15 +62,34 @@ type Options struct {
 	// Env is added to every server process's environment (VDL_CANARY for
 	// the Canary build, say).
 	Env []string
+	// Hosts are the nodes' listen hosts, node i+1's at i (default
+	// 127.0.0.1): the campaigns' network namespaces give each server its
+	// own address.
+	Hosts []string
+	// Wrap, when set, is the command a node's process runs under (its
+	// arguments come after): ["ip", "netns", "exec", NAME] starts it in a
+	// network namespace. The wrapper must exec the server (same pid), so
+	// that kill, SIGSTOP and SIGCONT reach it.
+	Wrap func(id uint64) []string
+	// DataDirs are the nodes' data dirs, node i+1's at i (default
+	// Dir/node<id>): the campaigns put each on a size-limited filesystem.
+	DataDirs []string
 }
 
 // Node is one server process.
 type Node struct {
 	ID                 uint64
 	Kafka, Raft, Admin string
-	ConfigPath         string
-	DataDir            string
-	LogPath            string
+	// KafkaTLS is the Kafka TLS listener: its clients authenticate with
+	// SASL as Cluster.User (docs/security.md).
+	KafkaTLS   string
+	ConfigPath string
+	DataDir    string
+	LogPath    string
+	// AdminBase is the admin API's base URL (HTTPS); AdminClient trusts
+	// the cluster CA and sends the admin token.
+	AdminBase   string
+	AdminClient *http.Client
 
 	mu       sync.Mutex
 	cmd      *exec.Cmd
@@ -74,12 +107,18 @@ func (n *Node) initialState() string {
 	return "new"
 }
 
-// Cluster is the server processes of one test.
+// Cluster is the server processes of one test. The servers run secured as
+// in production (docs/security.md): peers on mutual TLS, the admin API on
+// HTTPS with a token; the certificates and token are in Certs.
 type Cluster struct {
 	Dir   string
 	Nodes []*Node
+	Certs string
+	// User and Password are a SASL user of the Kafka TLS listeners (every
+	// mechanism); the users file is Certs/users.toml.
+	User, Password string
 
-	tb   testing.TB
+	tb   T
 	opts Options
 	bin  string
 
@@ -97,7 +136,7 @@ type exit struct {
 // that serves Kafka requests. Everything is stopped at the end of the test;
 // a process that died on its own (not by Kill, a stop, or an exit the test
 // waited for with WaitExit) or hung on SIGTERM fails the test.
-func Start(tb testing.TB, bin string, opts Options) *Cluster {
+func Start(tb T, bin string, opts Options) *Cluster {
 	tb.Helper()
 	if opts.Nodes == 0 {
 		opts.Nodes = 3
@@ -126,18 +165,53 @@ func Start(tb testing.TB, bin string, opts Options) *Cluster {
 	if err := os.MkdirAll(opts.Dir, 0o755); err != nil {
 		tb.Fatal(err)
 	}
-	c := &Cluster{tb: tb, opts: opts, Dir: opts.Dir, bin: bin}
-	ports := freePorts(tb, 3*opts.Nodes)
+	c := &Cluster{tb: tb, opts: opts, Dir: opts.Dir, bin: bin, Certs: filepath.Join(opts.Dir, "certs"),
+		User: "vdl-test", Password: "vdl-test-password"}
+	const perNode = 4
+	ports := freePorts(tb, perNode*opts.Nodes)
+	var ids []uint64
+	for i := range opts.Nodes {
+		ids = append(ids, uint64(i+1))
+	}
+	host := func(i int) string {
+		if i < len(opts.Hosts) && opts.Hosts[i] != "" {
+			return opts.Hosts[i]
+		}
+		return "127.0.0.1"
+	}
+	sans := []string{"127.0.0.1", "localhost"}
+	for i := range opts.Nodes {
+		if h := host(i); !slices.Contains(sans, h) {
+			sans = append(sans, h)
+		}
+	}
+	if err := pki.EnsureDir(c.Certs, "vdl-test", ids, nil, sans, []string{"admin"}); err != nil {
+		tb.Fatal(err)
+	}
+	if _, err := pki.EnsureToken(filepath.Join(c.Certs, "admin.token")); err != nil {
+		tb.Fatal(err)
+	}
+	if err := c.writeUsers(); err != nil {
+		tb.Fatal(err)
+	}
+	admin, err := c.adminHTTP()
+	if err != nil {
+		tb.Fatal(err)
+	}
 	for i := range opts.Nodes {
 		id := uint64(i + 1)
+		h := host(i)
 		c.Nodes = append(c.Nodes, &Node{
-			ID:         id,
-			Kafka:      fmt.Sprintf("127.0.0.1:%d", ports[3*i]),
-			Raft:       fmt.Sprintf("127.0.0.1:%d", ports[3*i+1]),
-			Admin:      fmt.Sprintf("127.0.0.1:%d", ports[3*i+2]),
-			ConfigPath: filepath.Join(c.Dir, fmt.Sprintf("node%d.toml", id)),
-			DataDir:    filepath.Join(c.Dir, fmt.Sprintf("node%d", id)),
-			LogPath:    filepath.Join(c.Dir, fmt.Sprintf("node%d.log", id)),
+			ID:          id,
+			Kafka:       net.JoinHostPort(h, strconv.Itoa(ports[perNode*i])),
+			Raft:        net.JoinHostPort(h, strconv.Itoa(ports[perNode*i+1])),
+			Admin:       net.JoinHostPort(h, strconv.Itoa(ports[perNode*i+2])),
+			KafkaTLS:    net.JoinHostPort(h, strconv.Itoa(ports[perNode*i+3])),
+			ConfigPath:  filepath.Join(c.Dir, fmt.Sprintf("node%d.toml", id)),
+			DataDir:     dataDir(opts, c.Dir, i),
+			LogPath:     filepath.Join(c.Dir, fmt.Sprintf("node%d.log", id)),
+			AdminBase:   "https://" + net.JoinHostPort(h, strconv.Itoa(ports[perNode*i+2])),
+			AdminClient: admin,
 		})
 	}
 	c.writeConfigs()
@@ -146,6 +220,13 @@ func Start(tb testing.TB, bin string, opts Options) *Cluster {
 	tb.Cleanup(c.StopAll)
 	c.startAll()
 	return c
+}
+
+func dataDir(opts Options, dir string, i int) string {
+	if i < len(opts.DataDirs) && opts.DataDirs[i] != "" {
+		return opts.DataDirs[i]
+	}
+	return filepath.Join(dir, fmt.Sprintf("node%d", i+1))
 }
 
 func (c *Cluster) writeConfigs() {
@@ -161,9 +242,14 @@ func (c *Cluster) config(n *Node) string {
 	var sb strings.Builder
 	fmt.Fprintf(&sb, "node_id = %d\ncluster_id = \"vdl-test\"\ndata_dir = %q\nprofile = %q\n", n.ID, n.DataDir, c.opts.Profile)
 	fmt.Fprintf(&sb, "initial_cluster_state = %q\n", n.initialState())
-	fmt.Fprintf(&sb, "kafka_listen = %q\nraft_listen = %q\nadmin_listen = %q\n\n", n.Kafka, n.Raft, n.Admin)
+	fmt.Fprintf(&sb, "kafka_listen = %q\nkafka_tls_listen = %q\nraft_listen = %q\nadmin_listen = %q\n\n", n.Kafka, n.KafkaTLS, n.Raft, n.Admin)
+	cert := func(f string) string { return filepath.Join(c.Certs, f) }
+	fmt.Fprintf(&sb, "[tls]\nca_file = %q\ncert_file = %q\nkey_file = %q\n\n", cert("ca.crt"),
+		cert(fmt.Sprintf("node%d.crt", n.ID)), cert(fmt.Sprintf("node%d.key", n.ID)))
+	fmt.Fprintf(&sb, "[admin]\ntoken_file = %q\n\n", cert("admin.token"))
+	fmt.Fprintf(&sb, "[sasl]\nusers_file = %q\n\n", cert("users.toml"))
 	fmt.Fprintf(&sb, "[raft]\ntick_ms = %d\n\n", c.opts.TickMillis)
-	if c.opts.SegmentBytes > 0 || c.opts.TailCacheBytes > 0 {
+	if c.opts.SegmentBytes > 0 || c.opts.TailCacheBytes > 0 || c.opts.ReservedBytes != 0 {
 		sb.WriteString("[storage]\n")
 		if c.opts.SegmentBytes > 0 {
 			fmt.Fprintf(&sb, "segment_bytes = %d\n", c.opts.SegmentBytes)
@@ -171,12 +257,15 @@ func (c *Cluster) config(n *Node) string {
 		if c.opts.TailCacheBytes > 0 {
 			fmt.Fprintf(&sb, "tail_cache_bytes = %d\n", c.opts.TailCacheBytes)
 		}
+		if c.opts.ReservedBytes != 0 {
+			fmt.Fprintf(&sb, "reserved_bytes = %d\n", c.opts.ReservedBytes)
+		}
 		sb.WriteString("\n")
 	}
 	fmt.Fprintf(&sb, "[log]\nlevel = %q\n\n", c.opts.LogLevel)
 	for _, p := range c.Nodes {
 		// admin: servers copy a snapshot's entries from each other over it.
-		fmt.Fprintf(&sb, "[[peers]]\nid = %d\nraft = %q\nkafka = %q\nadmin = %q\n\n", p.ID, p.Raft, p.Kafka, p.Admin)
+		fmt.Fprintf(&sb, "[[peers]]\nid = %d\nraft = %q\nkafka = %q\nkafka_tls = %q\nadmin = %q\n\n", p.ID, p.Raft, p.Kafka, p.KafkaTLS, p.Admin)
 	}
 	for i, s := range c.opts.Streams {
 		fmt.Fprintf(&sb, "[[streams]]\nname = %q\nid = %d\n\n", s, i+1)
@@ -186,7 +275,7 @@ func (c *Cluster) config(n *Node) string {
 
 // freePorts picks n distinct free TCP ports (testnet: below the ephemeral
 // range, so no test's outgoing connection takes one meanwhile).
-func freePorts(tb testing.TB, n int) []int { return testnet.FreePorts(tb, n) }
+func freePorts(tb T, n int) []int { return testnet.FreePorts(tb, n) }
 
 // startAll starts every node and waits for their health and the streams'
 // leaders.
@@ -217,7 +306,11 @@ func (c *Cluster) StartNode(id uint64, env ...string) {
 	n.starts++
 	start := n.starts
 	fmt.Fprintf(logf, "=== harness: start #%d of node %d at %s env %v ===\n", start, n.ID, time.Now().Format(time.RFC3339Nano), env)
-	cmd := exec.Command(c.bin, "server", "--config", n.ConfigPath)
+	args := []string{c.bin, "server", "--config", n.ConfigPath}
+	if c.opts.Wrap != nil {
+		args = append(c.opts.Wrap(n.ID), args...)
+	}
+	cmd := exec.Command(args[0], args[1:]...)
 	cmd.Env = append(append(os.Environ(), c.opts.Env...), env...)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	if err := cmd.Start(); err != nil {
@@ -293,136 +386,6 @@ func (n *Node) expectExit() (cmd *exec.Cmd, exited chan struct{}, start int) {
 	defer n.mu.Unlock()
 	n.expected = true
 	return n.cmd, n.exited, n.starts
-}
-
-// Kill sends SIGKILL to a node and waits for the process to be gone.
-func (c *Cluster) Kill(id uint64) {
-	c.tb.Helper()
-	cmd, exited, _ := c.Node(id).expectExit()
-	if cmd == nil {
-		return
-	}
-	_ = cmd.Process.Kill()
-	<-exited
-	c.tb.Logf("killed node %d (kill -9)", id)
-}
-
-// PowerLoss cuts a node's power (a failpoint build: POST /debug/power-loss):
-// it loses what it never synced and dies; this waits until it is gone.
-func (c *Cluster) PowerLoss(id uint64) {
-	c.tb.Helper()
-	n := c.Node(id)
-	cmd, exited, _ := n.expectExit()
-	if cmd == nil {
-		return
-	}
-	resp, err := http.Post("http://"+n.Admin+"/debug/power-loss", "application/json", nil)
-	if err == nil {
-		_, _ = io.Copy(io.Discard, resp.Body)
-		resp.Body.Close()
-	}
-	select {
-	case <-exited:
-	case <-time.After(10 * time.Second):
-		c.tb.Fatalf("node %d still runs 10s after its power was cut (%v)", id, err)
-	}
-	c.tb.Logf("cut node %d's power", id)
-}
-
-// Durability returns what a failpoint-build node found lost, after a power
-// loss, of what it had reported durable (GET /debug/durability).
-func (c *Cluster) Durability(id uint64) ([]string, error) {
-	resp, err := http.Get("http://" + c.Node(id).Admin + "/debug/durability")
-	if err != nil {
-		return nil, err
-	}
-	defer resp.Body.Close()
-	var out struct {
-		Violations []string `json:"violations"`
-	}
-	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("GET /debug/durability: %s", resp.Status)
-	}
-	err = json.NewDecoder(resp.Body).Decode(&out)
-	return out.Violations, err
-}
-
-// Restart starts a stopped, killed or crashed node again on the same config
-// and data dir and waits for its health.
-func (c *Cluster) Restart(id uint64) {
-	c.tb.Helper()
-	if c.Node(id).Running() {
-		c.tb.Fatalf("node %d is running", id)
-	}
-	c.StartNode(id)
-	c.WaitHealthy(id, c.opts.StartTimeout)
-	c.tb.Logf("restarted node %d", id)
-}
-
-// WaitExit waits for a node's process to end by itself (a crash or a
-// refused start the test caused) and returns its wait error, for the test
-// to judge: the exit is not reported as unexpected.
-func (c *Cluster) WaitExit(id uint64, timeout time.Duration) error {
-	c.tb.Helper()
-	n := c.Node(id)
-	_, exited, start := n.expectExit()
-	select {
-	case <-exited:
-	case <-time.After(timeout):
-		c.tb.Fatalf("node %d did not exit within %s", id, timeout)
-	}
-	// It may have ended before the test asked.
-	c.mu.Lock()
-	c.unexpected = slices.DeleteFunc(c.unexpected, func(e exit) bool { return e.id == id && e.start == start })
-	c.mu.Unlock()
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	return n.waitErr
-}
-
-// stop ends a node with SIGTERM (graceful), SIGKILL after a grace period; a
-// node that needs the SIGKILL is reported as a hang.
-func (c *Cluster) stop(n *Node) {
-	cmd, exited, _ := n.expectExit()
-	if cmd == nil {
-		return
-	}
-	select {
-	case <-exited:
-		return
-	default:
-	}
-	_ = cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-exited:
-	case <-time.After(15 * time.Second):
-		c.tb.Errorf("node %d did not stop within 15s of SIGTERM (hang); killing it", n.ID)
-		_ = cmd.Process.Kill()
-		<-exited
-	}
-}
-
-// StopAll stops every node (SIGTERM), in parallel.
-func (c *Cluster) StopAll() {
-	var wg sync.WaitGroup
-	for _, n := range c.Nodes {
-		wg.Go(func() { c.stop(n) })
-	}
-	wg.Wait()
-}
-
-// RestartAll stops every node gracefully (SIGTERM), rewrites the configs
-// with profile (empty: unchanged), starts them all again on the same data
-// dirs and waits for health and serving leaders.
-func (c *Cluster) RestartAll(profile string) {
-	c.tb.Helper()
-	c.StopAll()
-	if profile != "" {
-		c.opts.Profile = profile
-	}
-	c.writeConfigs()
-	c.startAll()
-	c.tb.Logf("restarted every node (profile %s)", c.opts.Profile)
 }
 
 // report fails the test for processes that died on their own and, if the

@@ -18,8 +18,8 @@ func TestConfigLoads(t *testing.T) {
 	c := &Cluster{tb: t, opts: Options{Profile: "kafka-0.10", Streams: []string{"a", "b"}, TickMillis: 20,
 		SegmentBytes: 1 << 20, TailCacheBytes: 2 << 20, LogLevel: "warn"}}
 	for id := range uint64(2) {
-		addr := func(port int) string { return fmt.Sprintf("127.0.0.1:%d", 9000+3*int(id)+port) }
-		c.Nodes = append(c.Nodes, &Node{ID: id + 1, Kafka: addr(0), Raft: addr(1), Admin: addr(2),
+		addr := func(port int) string { return fmt.Sprintf("127.0.0.1:%d", 9000+4*int(id)+port) }
+		c.Nodes = append(c.Nodes, &Node{ID: id + 1, Kafka: addr(0), Raft: addr(1), Admin: addr(2), KafkaTLS: addr(3),
 			ConfigPath: filepath.Join(dir, fmt.Sprintf("node%d.toml", id+1)), DataDir: filepath.Join(dir, fmt.Sprint(id+1))})
 	}
 	c.writeConfigs()
@@ -33,6 +33,8 @@ func TestConfigLoads(t *testing.T) {
 	require.EqualValues(t, 2<<20, cfg.Storage.TailCacheBytes)
 	require.Len(t, cfg.Peers, 2)
 	require.Equal(t, c.Nodes[0].Admin, cfg.Peers[0].Admin)
+	require.Equal(t, c.Nodes[1].KafkaTLS, cfg.KafkaTLSListen)
+	require.Equal(t, c.Nodes[0].KafkaTLS, cfg.Peers[0].KafkaTLS)
 	require.Equal(t, "b", cfg.Streams[1].Name)
 	require.Equal(t, uint64(2), cfg.Streams[1].ID)
 }

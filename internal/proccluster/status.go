@@ -27,12 +27,11 @@ func (c *Cluster) KafkaAddrs() []string {
 	return out
 }
 
-var httpClient = &http.Client{Timeout: 3 * time.Second}
-
 // health answers GET /health of a node: its status code, or the error of a
 // node that does not answer.
 func (c *Cluster) health(id uint64) (int, error) {
-	resp, err := httpClient.Get("http://" + c.Node(id).Admin + "/health")
+	n := c.Node(id)
+	resp, err := n.AdminClient.Get(n.AdminBase + "/health")
 	if err != nil {
 		return 0, err
 	}
@@ -50,7 +49,8 @@ func (c *Cluster) Health(id uint64) int {
 // Status fetches GET /status of a node.
 func (c *Cluster) Status(id uint64) (server.Status, error) {
 	var st server.Status
-	resp, err := httpClient.Get("http://" + c.Node(id).Admin + "/status")
+	n := c.Node(id)
+	resp, err := n.AdminClient.Get(n.AdminBase + "/status")
 	if err != nil {
 		return st, err
 	}

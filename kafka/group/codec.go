@@ -4,9 +4,9 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"hash/crc32"
 
 	"github.com/twmb/franz-go/pkg/kmsg"
+	"github.com/vdl-project/vdl/kafka/records"
 )
 
 // The offsets log. Committed offsets are stored as ordinary Kafka records
@@ -30,11 +30,31 @@ import (
 // A checkpoint record applies as its origin (Coordinator.ApplyOffset keeps
 // the latest by log offset), so a commit made while the checkpoint was
 // written is never overwritten by the older value the checkpoint repeats.
+//
+// Producer id blocks share the stream (kafka.ProducerIDs): a record whose
+// key is producerIDKey allocates the block of ids named by its offset.
+// The coordinator skips them.
+//
+//	key   = int8 version (100) | "producer-id-block"
+//	value = int8 version (1) | int32 block size
 
 const (
 	recordVersion     = 1
 	checkpointVersion = 2
+	// producerIDKeyVersion marks a producer id block record.
+	producerIDKeyVersion = 100
 )
+
+var producerIDKey = append([]byte{producerIDKeyVersion}, "producer-id-block"...)
+
+// EncodeProducerIDBlock returns one RecordBatch v2 holding a producer id
+// block record of size ids, timestamped ts (ms).
+func EncodeProducerIDBlock(size int32, ts int64) []byte {
+	v := binary.BigEndian.AppendUint32([]byte{1}, uint32(size))
+	r := kmsg.Record{Key: producerIDKey, Value: v}
+	r.Length = int32(recordBodyLen(r))
+	return records.Wrap(r.AppendTo(nil), 1, ts)
+}
 
 // Commit is one offset to write.
 type Commit struct {
@@ -51,7 +71,7 @@ func EncodeCommits(commits []Commit, ts int64) []byte {
 		r.Length = int32(recordBodyLen(r))
 		recs = r.AppendTo(recs)
 	}
-	return batchOf(recs, len(commits), ts)
+	return records.Wrap(recs, len(commits), ts)
 }
 
 func varintLen(v int64) int {
@@ -88,7 +108,7 @@ func EncodeCheckpoint(entries []OffsetEntry, ts int64, maxBytes int) [][]byte {
 		if n == 0 {
 			return
 		}
-		out = append(out, batchOf(recs, n, ts))
+		out = append(out, records.Wrap(recs, n, ts))
 		recs, n = nil, 0
 	}
 	for _, e := range entries {
@@ -104,19 +124,6 @@ func EncodeCheckpoint(entries []OffsetEntry, ts int64, maxBytes int) [][]byte {
 		}
 	}
 	flush()
-	return out
-}
-
-// batchOf wraps n encoded records in a RecordBatch v2.
-func batchOf(recs []byte, n int, ts int64) []byte {
-	b := kmsg.RecordBatch{
-		PartitionLeaderEpoch: -1, Magic: 2,
-		LastOffsetDelta: int32(n - 1), FirstTimestamp: ts, MaxTimestamp: ts,
-		ProducerID: -1, ProducerEpoch: -1, FirstSequence: -1, NumRecords: int32(n), Records: recs,
-	}
-	out := b.AppendTo(nil)
-	binary.BigEndian.PutUint32(out[8:], uint32(len(out)-12))
-	binary.BigEndian.PutUint32(out[17:], crc32.Checksum(out[21:], crc32.MakeTable(crc32.Castagnoli)))
 	return out
 }
 
@@ -218,6 +225,9 @@ func DecodeBatches(data []byte, fn func(pos, logOffset int64, k OffsetKey, o *Of
 				break
 			}
 			recs = recs[m+int(l):]
+			if len(r.Key) > 0 && r.Key[0] == producerIDKeyVersion {
+				continue // a producer id block: not an offset
+			}
 			k, err := decodeKey(r.Key)
 			if err != nil {
 				bad++

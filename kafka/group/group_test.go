@@ -4,6 +4,7 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+	"github.com/twmb/franz-go/pkg/kerr"
 )
 
 const sec = int64(1e9)
@@ -84,7 +85,7 @@ func TestMemberIDRequired(t *testing.T) {
 	r := jreq("")
 	r.RequireKnownMemberID = true
 	w := c.Join(0, r)
-	require.Equal(t, ErrMemberIDRequired, w.Join().Err)
+	require.Equal(t, kerr.MemberIDRequired.Code, w.Join().Err)
 	id := w.Join().MemberID
 	require.NotEmpty(t, id)
 	// The pending id joins.
@@ -93,37 +94,37 @@ func TestMemberIDRequired(t *testing.T) {
 	require.Equal(t, id, w2.Join().Leader)
 	// A pending id that never comes back expires after the session timeout.
 	w3 := c.Join(2, r)
-	require.Equal(t, ErrMemberIDRequired, w3.Join().Err)
+	require.Equal(t, kerr.MemberIDRequired.Code, w3.Join().Err)
 	c.Advance(2 + 10*sec)
-	require.Equal(t, ErrUnknownMemberID, c.Join(3+10*sec, jreq(w3.Join().MemberID)).Join().Err)
+	require.Equal(t, kerr.UnknownMemberID.Code, c.Join(3+10*sec, jreq(w3.Join().MemberID)).Join().Err)
 }
 
 func TestJoinErrors(t *testing.T) {
 	c := New(Config{})
 	r := jreq("")
 	r.Group = ""
-	require.Equal(t, ErrInvalidGroupID, c.Join(0, r).Join().Err)
+	require.Equal(t, kerr.InvalidGroupID.Code, c.Join(0, r).Join().Err)
 	r = jreq("")
 	r.SessionTimeout = sec
-	require.Equal(t, ErrInvalidSessionTimeout, c.Join(0, r).Join().Err)
+	require.Equal(t, kerr.InvalidSessionTimeout.Code, c.Join(0, r).Join().Err)
 	r.SessionTimeout = 3600 * sec
-	require.Equal(t, ErrInvalidSessionTimeout, c.Join(0, r).Join().Err)
+	require.Equal(t, kerr.InvalidSessionTimeout.Code, c.Join(0, r).Join().Err)
 	// Unknown member of an unknown group.
-	require.Equal(t, ErrUnknownMemberID, c.Join(0, jreq("nobody")).Join().Err)
+	require.Equal(t, kerr.UnknownMemberID.Code, c.Join(0, jreq("nobody")).Join().Err)
 	// Empty group: protocol type and protocols required.
 	r = jreq("")
 	r.ProtocolType = ""
-	require.Equal(t, ErrInconsistentGroupProtocol, c.Join(0, r).Join().Err)
+	require.Equal(t, kerr.InconsistentGroupProtocol.Code, c.Join(0, r).Join().Err)
 	joinStable(t, c, 0, 1)
 	// Another protocol type, or no common protocol.
 	r = jreq("")
 	r.ProtocolType = "connect"
-	require.Equal(t, ErrInconsistentGroupProtocol, c.Join(0, r).Join().Err)
+	require.Equal(t, kerr.InconsistentGroupProtocol.Code, c.Join(0, r).Join().Err)
 	r = jreq("")
 	r.Protocols = []Protocol{{Name: "sticky"}}
-	require.Equal(t, ErrInconsistentGroupProtocol, c.Join(0, r).Join().Err)
+	require.Equal(t, kerr.InconsistentGroupProtocol.Code, c.Join(0, r).Join().Err)
 	// Unknown member of a known group.
-	require.Equal(t, ErrUnknownMemberID, c.Join(0, jreq("nobody")).Join().Err)
+	require.Equal(t, kerr.UnknownMemberID.Code, c.Join(0, jreq("nobody")).Join().Err)
 }
 
 func TestProtocolSelectionByVotes(t *testing.T) {
@@ -151,12 +152,12 @@ func TestProtocolSelectionByVotes(t *testing.T) {
 
 func TestSyncErrorsAndStates(t *testing.T) {
 	c := New(Config{})
-	require.Equal(t, ErrInvalidGroupID, c.Sync(0, "", 1, "x", nil).Sync().Err)
-	require.Equal(t, ErrUnknownMemberID, c.Sync(0, "g", 1, "x", nil).Sync().Err)
+	require.Equal(t, kerr.InvalidGroupID.Code, c.Sync(0, "", 1, "x", nil).Sync().Err)
+	require.Equal(t, kerr.UnknownMemberID.Code, c.Sync(0, "g", 1, "x", nil).Sync().Err)
 	w := c.Join(0, jreq(""))
 	id, gen := w.Join().MemberID, w.Join().Generation
-	require.Equal(t, ErrUnknownMemberID, c.Sync(0, "g", gen, "x", nil).Sync().Err)
-	require.Equal(t, ErrIllegalGeneration, c.Sync(0, "g", gen+1, id, nil).Sync().Err)
+	require.Equal(t, kerr.UnknownMemberID.Code, c.Sync(0, "g", gen, "x", nil).Sync().Err)
+	require.Equal(t, kerr.IllegalGeneration.Code, c.Sync(0, "g", gen+1, id, nil).Sync().Err)
 	// CompletingRebalance: the leader's sync completes it.
 	s := c.Sync(0, "g", gen, id, []Assignment{{MemberID: id, Assignment: []byte("A")}})
 	require.Equal(t, "A", string(s.Sync().Assignment))
@@ -166,7 +167,7 @@ func TestSyncErrorsAndStates(t *testing.T) {
 	w2 := c.Join(0, jreq(""))
 	require.False(t, w2.Done())
 	require.Equal(t, PreparingRebalance, c.Describe("g").State)
-	require.Equal(t, ErrRebalanceInProgress, c.Sync(0, "g", gen, id, nil).Sync().Err)
+	require.Equal(t, kerr.RebalanceInProgress.Code, c.Sync(0, "g", gen, id, nil).Sync().Err)
 }
 
 func TestSyncParkedGetsRebalanceInProgressWhenRebalanceStarts(t *testing.T) {
@@ -183,36 +184,36 @@ func TestSyncParkedGetsRebalanceInProgressWhenRebalanceStarts(t *testing.T) {
 	require.False(t, fs.Done())
 	c.Join(3, jreq(""))
 	require.True(t, fs.Done())
-	require.Equal(t, ErrRebalanceInProgress, fs.Sync().Err)
+	require.Equal(t, kerr.RebalanceInProgress.Code, fs.Sync().Err)
 }
 
 func TestHeartbeatErrorsByState(t *testing.T) {
 	c := New(Config{})
-	require.Equal(t, ErrInvalidGroupID, c.Heartbeat(0, "", 0, "x"))
-	require.Equal(t, ErrUnknownMemberID, c.Heartbeat(0, "g", 0, "x"))
+	require.Equal(t, kerr.InvalidGroupID.Code, c.Heartbeat(0, "", 0, "x"))
+	require.Equal(t, kerr.UnknownMemberID.Code, c.Heartbeat(0, "g", 0, "x"))
 	w := c.Join(0, jreq(""))
 	id, gen := w.Join().MemberID, w.Join().Generation
 	// CompletingRebalance, right generation: fine (about to sync).
 	require.Equal(t, ErrNone, c.Heartbeat(0, "g", gen, id))
-	require.Equal(t, ErrUnknownMemberID, c.Heartbeat(0, "g", gen, "x"))
-	require.Equal(t, ErrIllegalGeneration, c.Heartbeat(0, "g", gen-1, id))
+	require.Equal(t, kerr.UnknownMemberID.Code, c.Heartbeat(0, "g", gen, "x"))
+	require.Equal(t, kerr.IllegalGeneration.Code, c.Heartbeat(0, "g", gen-1, id))
 	c.Sync(0, "g", gen, id, nil)
 	require.Equal(t, ErrNone, c.Heartbeat(0, "g", gen, id))
 	c.Join(0, jreq("")) // PreparingRebalance
-	require.Equal(t, ErrRebalanceInProgress, c.Heartbeat(0, "g", gen, id))
-	require.Equal(t, ErrIllegalGeneration, c.Heartbeat(0, "g", gen+1, id))
+	require.Equal(t, kerr.RebalanceInProgress.Code, c.Heartbeat(0, "g", gen, id))
+	require.Equal(t, kerr.IllegalGeneration.Code, c.Heartbeat(0, "g", gen+1, id))
 }
 
 func TestLeaveTriggersRebalanceAndEmpties(t *testing.T) {
 	c := New(Config{})
-	require.Equal(t, ErrInvalidGroupID, c.Leave(0, "", "x"))
-	require.Equal(t, ErrUnknownMemberID, c.Leave(0, "g", "x"))
+	require.Equal(t, kerr.InvalidGroupID.Code, c.Leave(0, "", "x"))
+	require.Equal(t, kerr.UnknownMemberID.Code, c.Leave(0, "g", "x"))
 	ids, gen := joinStable(t, c, 0, 2)
-	require.Equal(t, ErrUnknownMemberID, c.Leave(0, "g", "x"))
+	require.Equal(t, kerr.UnknownMemberID.Code, c.Leave(0, "g", "x"))
 	// The leader leaves: the follower's heartbeat says rebalance.
 	require.Equal(t, ErrNone, c.Leave(1, "g", ids[0]))
 	require.Equal(t, PreparingRebalance, c.Describe("g").State)
-	require.Equal(t, ErrRebalanceInProgress, c.Heartbeat(1, "g", gen, ids[1]))
+	require.Equal(t, kerr.RebalanceInProgress.Code, c.Heartbeat(1, "g", gen, ids[1]))
 	w := c.Join(2, jreq(ids[1]))
 	require.True(t, w.Done())
 	require.Equal(t, ids[1], w.Join().Leader, "the remaining member leads")
@@ -233,7 +234,7 @@ func TestLeaveOfParkedJoiner(t *testing.T) {
 	wl := c.Join(1, jreq(ids[0])) // parks: waits for the follower
 	require.False(t, wl.Done())
 	require.Equal(t, ErrNone, c.Leave(2, "g", ids[0]))
-	require.Equal(t, ErrUnknownMemberID, wl.Join().Err)
+	require.Equal(t, kerr.UnknownMemberID.Code, wl.Join().Err)
 	// The follower alone completes the join.
 	wf := c.Join(3, jreq(ids[1]))
 	require.True(t, wf.Done())
@@ -250,12 +251,12 @@ func TestSessionTimeoutExpiresMember(t *testing.T) {
 	}
 	require.Equal(t, 10*sec, c.NextDeadline())
 	c.Advance(10 * sec)
-	require.Equal(t, ErrRebalanceInProgress, c.Heartbeat(10*sec, "g", gen, ids[1]))
+	require.Equal(t, kerr.RebalanceInProgress.Code, c.Heartbeat(10*sec, "g", gen, ids[1]))
 	w := c.Join(10*sec, jreq(ids[1]))
 	require.True(t, w.Done())
 	require.Equal(t, ids[1], w.Join().Leader)
 	require.Len(t, w.Join().Members, 1)
-	require.Equal(t, ErrUnknownMemberID, c.Heartbeat(11*sec, "g", w.Join().Generation, ids[0]))
+	require.Equal(t, kerr.UnknownMemberID.Code, c.Heartbeat(11*sec, "g", w.Join().Generation, ids[0]))
 }
 
 func TestRebalanceTimeoutDropsMembersThatDoNotRejoin(t *testing.T) {
@@ -268,7 +269,7 @@ func TestRebalanceTimeoutDropsMembersThatDoNotRejoin(t *testing.T) {
 	require.False(t, wl.Done())
 	// Keep the follower alive by heartbeats: it still does not rejoin.
 	for now := 2 * sec; now < 31*sec; now += 2 * sec {
-		require.Equal(t, ErrRebalanceInProgress, c.Heartbeat(now, "g", gen, ids[1]))
+		require.Equal(t, kerr.RebalanceInProgress.Code, c.Heartbeat(now, "g", gen, ids[1]))
 		c.Advance(now)
 	}
 	require.False(t, wl.Done())
@@ -276,7 +277,7 @@ func TestRebalanceTimeoutDropsMembersThatDoNotRejoin(t *testing.T) {
 	c.Advance(31 * sec)
 	require.True(t, wl.Done())
 	require.Len(t, wl.Join().Members, 1)
-	require.Equal(t, ErrUnknownMemberID, c.Heartbeat(31*sec, "g", gen, ids[1]))
+	require.Equal(t, kerr.UnknownMemberID.Code, c.Heartbeat(31*sec, "g", gen, ids[1]))
 }
 
 func TestFollowerRejoinInStableReturnsCurrentGeneration(t *testing.T) {
@@ -298,15 +299,15 @@ func TestCommitChecks(t *testing.T) {
 	// Simple consumer: generation -1, no member, no group.
 	require.Equal(t, ErrNone, c.CheckCommit(0, "simple", -1, ""))
 	// A generation for an unknown group.
-	require.Equal(t, ErrIllegalGeneration, c.CheckCommit(0, "nogroup", 3, "m"))
+	require.Equal(t, kerr.IllegalGeneration.Code, c.CheckCommit(0, "nogroup", 3, "m"))
 	w := c.Join(0, jreq(""))
 	id, gen := w.Join().MemberID, w.Join().Generation
-	require.Equal(t, ErrRebalanceInProgress, c.CheckCommit(0, "g", gen, id)) // CompletingRebalance
+	require.Equal(t, kerr.RebalanceInProgress.Code, c.CheckCommit(0, "g", gen, id)) // CompletingRebalance
 	c.Sync(0, "g", gen, id, nil)
 	require.Equal(t, ErrNone, c.CheckCommit(0, "g", gen, id))
-	require.Equal(t, ErrUnknownMemberID, c.CheckCommit(0, "g", gen, "x"))
-	require.Equal(t, ErrUnknownMemberID, c.CheckCommit(0, "g", -1, "")) // simple commit to a live group
-	require.Equal(t, ErrIllegalGeneration, c.CheckCommit(0, "g", gen+1, id))
+	require.Equal(t, kerr.UnknownMemberID.Code, c.CheckCommit(0, "g", gen, "x"))
+	require.Equal(t, kerr.UnknownMemberID.Code, c.CheckCommit(0, "g", -1, "")) // simple commit to a live group
+	require.Equal(t, kerr.IllegalGeneration.Code, c.CheckCommit(0, "g", gen+1, id))
 	// Commits are heartbeats.
 	require.Equal(t, ErrNone, c.CheckCommit(9*sec, "g", gen, id))
 	c.Advance(12 * sec)
@@ -340,9 +341,9 @@ func TestUnloadFailsParkedRequests(t *testing.T) {
 	w := c.Join(1, jreq(ids[0]))
 	require.False(t, w.Done())
 	c.Unload()
-	require.Equal(t, ErrNotCoordinator, w.Join().Err)
+	require.Equal(t, kerr.NotCoordinator.Code, w.Join().Err)
 	require.Equal(t, Dead, c.Describe("g").State)
-	require.Equal(t, ErrUnknownMemberID, c.Heartbeat(2, "g", 1, ids[1]))
+	require.Equal(t, kerr.UnknownMemberID.Code, c.Heartbeat(2, "g", 1, ids[1]))
 }
 
 func TestCodecRoundTrip(t *testing.T) {
@@ -385,13 +386,13 @@ func TestGroupCaps(t *testing.T) {
 	c := New(Config{MaxMembers: 2, MaxGroups: 2})
 	require.Equal(t, ErrNone, c.Join(0, jreq("")).Join().Err)
 	c.Join(0, jreq("")) // the second member (its join completes with the rebalance)
-	require.Equal(t, ErrGroupMaxSizeReached, c.Join(0, jreq("")).Join().Err, "a third member")
+	require.Equal(t, kerr.GroupMaxSizeReached.Code, c.Join(0, jreq("")).Join().Err, "a third member")
 
 	other := jreq("")
 	other.Group = "h"
 	require.Equal(t, ErrNone, c.Join(0, other).Join().Err)
 	third := jreq("")
 	third.Group = "k"
-	require.Equal(t, ErrGroupMaxSizeReached, c.Join(0, third).Join().Err, "a third group")
+	require.Equal(t, kerr.GroupMaxSizeReached.Code, c.Join(0, third).Join().Err, "a third group")
 	require.Len(t, c.List(), 2)
 }

@@ -7,12 +7,13 @@ import (
 	"errors"
 	"slices"
 	"sort"
+	"strconv"
 	"sync"
 	"time"
 
 	"github.com/vdl-project/vdl/kafka"
+	"github.com/vdl-project/vdl/kafka/batchfmt"
 	"github.com/vdl-project/vdl/kafka/records"
-	"github.com/vdl-project/vdl/storage"
 )
 
 // Backend is an in-memory kafka.Backend.
@@ -97,7 +98,7 @@ func (b *Backend) Stream(name string) (kafka.StreamInfo, bool) {
 	if !ok {
 		return kafka.StreamInfo{}, false
 	}
-	return kafka.StreamInfo{Leader: st.leader, Replicas: []int32{b.self}, ISR: []int32{b.self}, Local: st.leader == b.self}, true
+	return kafka.StreamInfo{Leader: st.leader, Replicas: []int32{b.self}, ISR: []int32{b.self}, Local: st.leader == b.self, LeaderEpoch: st.epoch}, true
 }
 
 // HasStream implements kafka.Backend.
@@ -125,7 +126,7 @@ type Pending struct {
 	Stream  string
 	Records []byte
 	st      *Stream
-	done    func(int64, error)
+	done    func(kafka.Produced, error)
 	base    int64
 }
 
@@ -151,36 +152,39 @@ func (b *Backend) PendingCount() int {
 // contiguous committed offset.
 func (p *Pending) Commit() {
 	p.st.commit(p.base)
-	p.done(p.base, nil)
+	p.done(p.st.produced(p.base), nil)
 }
 
 // Fail fails a pending produce with err (its records stay appended but, if
 // never committed, never become visible unless a later one commits).
-func (p *Pending) Fail(err error) { p.done(-1, err) }
+func (p *Pending) Fail(err error) { p.done(kafka.Produced{Base: -1, LogStart: -1}, err) }
 
 // Produce implements kafka.Backend.
-func (b *Backend) Produce(stream string, recs []byte, done func(int64, error)) {
+func (b *Backend) Produce(stream string, recs kafka.Records, done func(kafka.Produced, error)) {
 	b.mu.Lock()
 	st, ok := b.streams[stream]
 	switch {
 	case !ok:
 		b.mu.Unlock()
-		done(-1, kafka.ErrUnknownStream)
+		done(failed, kafka.ErrUnknownStream)
 		return
 	case st.leader != b.self:
 		b.mu.Unlock()
-		done(-1, kafka.ErrNotLeader)
+		done(failed, kafka.ErrNotLeader)
 		return
 	case b.produceErr != nil:
 		err := b.produceErr
 		b.mu.Unlock()
-		done(-1, err)
+		done(failed, err)
 		return
 	}
-	data := slices.Clone(recs)
+	data := slices.Clone(recs.Batches)
 	base := st.end
 	st.end = records.StampBaseOffsets(data, base)
-	st.log = append(st.log, storage.Batch{BaseOffset: base, NextOffset: st.end, Data: data})
+	for p := 0; p+batchfmt.HeaderSize <= len(data); p += batchfmt.LengthOverhead + int(batchfmt.BatchLength(data[p:])) {
+		batchfmt.SetLeaderEpoch(data[p:], st.epoch)
+	}
+	st.log = append(st.log, batchfmt.Batch{BaseOffset: base, NextOffset: st.end, Data: data})
 	manual, delay := b.manual, b.delay
 	if manual {
 		b.pending = append(b.pending, &Pending{Stream: stream, Records: data, st: st, done: done, base: base})
@@ -190,13 +194,21 @@ func (b *Backend) Produce(stream string, recs []byte, done func(int64, error)) {
 	b.mu.Unlock()
 	if delay <= 0 {
 		st.commit(base)
-		done(base, nil)
+		done(st.produced(base), nil)
 		return
 	}
 	time.AfterFunc(delay, func() {
 		st.commit(base)
-		done(base, nil)
+		done(st.produced(base), nil)
 	})
+}
+
+// failed is what a failed produce landed at: nowhere.
+var failed = kafka.Produced{Base: -1, LogStart: -1}
+
+// produced is where a produce at base landed.
+func (st *Stream) produced(base int64) kafka.Produced {
+	return kafka.Produced{Base: base, LogStart: st.StartOffset()}
 }
 
 // Retain implements kafka.Backend: the start moves to before (at most the
@@ -246,9 +258,82 @@ type Stream struct {
 	end       int64
 	hwm       int64
 	committed map[int64]bool // committed bases above hwm
-	log       []storage.Batch
+	log       []batchfmt.Batch
 	changed   chan struct{}
 	held      *heldFence // HoldFences
+	epoch     int32      // the leader epoch (SetEpoch)
+	config    map[string]string
+	epochs    []epochStart
+}
+
+// epochStart is where an epoch's records start.
+type epochStart struct {
+	epoch int32
+	start int64
+}
+
+// SetEpoch starts leader epoch e (greater than the current one) at the
+// log end: later produces are stamped with it.
+func (st *Stream) SetEpoch(e int32) {
+	st.b.mu.Lock()
+	defer st.b.mu.Unlock()
+	st.epoch = e
+	st.epochs = append(st.epochs, epochStart{e, st.end})
+	st.signal()
+}
+
+// Truncate drops the records at and above off, committed ones included:
+// what an unclean leader change does to a Kafka log (VDL never truncates
+// committed records; tests use it to show clients detecting it through
+// OffsetForLeaderEpoch).
+func (st *Stream) Truncate(off int64) {
+	st.b.mu.Lock()
+	defer st.b.mu.Unlock()
+	for len(st.log) > 0 && st.log[len(st.log)-1].BaseOffset >= off {
+		st.log = st.log[:len(st.log)-1]
+	}
+	st.end = off
+	if len(st.log) > 0 {
+		st.end = st.log[len(st.log)-1].NextOffset
+	}
+	st.hwm = min(st.hwm, st.end)
+	st.signal()
+}
+
+// LeaderEpoch implements kafka.LogView.
+func (st *Stream) LeaderEpoch() int32 {
+	st.b.mu.Lock()
+	defer st.b.mu.Unlock()
+	return st.epoch
+}
+
+// EpochEnd implements kafka.LogView over the epochs set (epoch 0 starts
+// at offset 0).
+func (st *Stream) EpochEnd(epoch int32) (int32, int64, error) {
+	st.b.mu.Lock()
+	defer st.b.mu.Unlock()
+	hist := append([]epochStart{{0, 0}}, st.epochs...)
+	floor := int32(-1)
+	for _, e := range hist {
+		if e.epoch > epoch {
+			if floor < 0 {
+				floor = epoch
+			}
+			return floor, min(e.start, st.hwm), nil
+		}
+		floor = e.epoch
+	}
+	return floor, st.hwm, nil
+}
+
+// EpochAt implements kafka.LogView.
+func (st *Stream) EpochAt(offset int64) int32 {
+	st.b.mu.Lock()
+	defer st.b.mu.Unlock()
+	if i := st.find(offset); i >= 0 {
+		return batchfmt.LeaderEpoch(st.log[i].Data)
+	}
+	return -1
 }
 
 // SetLeader sets the stream's leader (-1: none).
@@ -332,18 +417,18 @@ func (st *Stream) Changed() <-chan struct{} {
 }
 
 // Read implements kafka.LogView.
-func (st *Stream) Read(offset, hwm int64, maxBytes int) ([]storage.Batch, error) {
+func (st *Stream) Read(offset, hwm int64, maxBytes int) ([]batchfmt.Batch, error) {
 	st.b.mu.Lock()
 	defer st.b.mu.Unlock()
 	hwm = min(hwm, st.hwm)
 	if offset < st.start || offset >= hwm {
-		return nil, storage.ErrOutOfRange
+		return nil, kafka.ErrOutOfRange
 	}
 	i := st.find(offset)
 	if i < 0 {
-		return nil, storage.ErrOutOfRange
+		return nil, kafka.ErrOutOfRange
 	}
-	var out []storage.Batch
+	var out []batchfmt.Batch
 	n := 0
 	for ; i < len(st.log) && st.log[i].NextOffset <= hwm; i++ {
 		if len(out) > 0 && n+len(st.log[i].Data) > maxBytes {
@@ -423,3 +508,60 @@ var _ kafka.LogView = (*Stream)(nil)
 
 // ErrInjected is a convenient error for FailProduces.
 var ErrInjected = errors.New("kafkatest: injected failure")
+
+// streamConfigDefaults are the in-memory backend's stream config defaults.
+var streamConfigDefaults = map[string]string{
+	kafka.ConfigRetentionMs: "604800000", kafka.ConfigRetentionBytes: "-1", kafka.ConfigCleanupPolicy: "delete",
+	kafka.ConfigMaxMessage: "1048588", kafka.ConfigPreferredDC: "",
+}
+
+// DescribeStreamConfig implements kafka.Backend (at once).
+func (b *Backend) DescribeStreamConfig(stream string, done func([]kafka.ConfigEntry, error)) {
+	done(b.streamConfigs(stream))
+}
+
+func (b *Backend) streamConfigs(stream string) ([]kafka.ConfigEntry, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	st, ok := b.streams[stream]
+	if !ok {
+		return nil, kafka.ErrUnknownStream
+	}
+	var out []kafka.ConfigEntry
+	for _, n := range kafka.StreamConfigNames {
+		e := kafka.ConfigEntry{Name: n, Value: streamConfigDefaults[n], Source: kafka.ConfigDefault}
+		if v, ok := st.config[n]; ok {
+			e.Value, e.Source = v, kafka.ConfigOverride
+		}
+		out = append(out, e)
+	}
+	return out, nil
+}
+
+// AlterStreamConfig implements kafka.Backend (applied at once).
+func (b *Backend) AlterStreamConfig(stream string, reset bool, changes []kafka.ConfigChange, done func(error)) {
+	b.mu.Lock()
+	st, ok := b.streams[stream]
+	if !ok {
+		b.mu.Unlock()
+		done(kafka.ErrUnknownStream)
+		return
+	}
+	if reset || st.config == nil {
+		st.config = map[string]string{}
+	}
+	for _, c := range changes {
+		if c.Delete {
+			delete(st.config, c.Key)
+		} else {
+			st.config[c.Key] = c.Value
+		}
+	}
+	b.mu.Unlock()
+	done(nil)
+}
+
+// BrokerConfigs implements kafka.Backend.
+func (b *Backend) BrokerConfigs() []kafka.ConfigEntry {
+	return []kafka.ConfigEntry{{Name: "broker.id", Value: strconv.Itoa(int(b.self)), Source: kafka.ConfigStatic}}
+}

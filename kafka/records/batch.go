@@ -2,34 +2,18 @@ package records
 
 import (
 	"encoding/binary"
+	"hash/crc32"
 	"iter"
+
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/vdl-project/vdl/kafka/batchfmt"
 )
 
-// Layout of the fixed RecordBatch v2 header. baseOffset and batchLength sit
-// before the CRC, which covers attributes..end, so storage may stamp
-// baseOffset without touching the CRC.
-const (
-	HeaderSize = 61 // bytes before the first record
+// The layout of the fixed RecordBatch v2 header is batchfmt's.
 
-	offBaseOffset      = 0
-	offBatchLength     = 8
-	offLeaderEpoch     = 12
-	offMagic           = 16
-	offCRC             = 17
-	offAttributes      = 21
-	offLastOffsetDelta = 23
-	offFirstTimestamp  = 27
-	offMaxTimestamp    = 35
-	offProducerID      = 43
-	offProducerEpoch   = 51
-	offBaseSequence    = 53
-	offRecordCount     = 57
-
-	// lengthOverhead is what batchLength does not count (baseOffset and
-	// itself); minBatchLength is the smallest legal batchLength.
-	lengthOverhead = 12
-	minBatchLength = HeaderSize - lengthOverhead
-)
+// HeaderSize is the bytes of a v2 batch before its first record.
+const HeaderSize = batchfmt.HeaderSize
 
 // Attribute bits of a v2 batch.
 const (
@@ -64,24 +48,24 @@ func ReadHeader(b []byte) (h Header, ok bool) {
 	}
 	be := binary.BigEndian
 	return Header{
-		BaseOffset:           int64(be.Uint64(b[offBaseOffset:])),
-		BatchLength:          int32(be.Uint32(b[offBatchLength:])),
-		PartitionLeaderEpoch: int32(be.Uint32(b[offLeaderEpoch:])),
-		Magic:                int8(b[offMagic]),
-		CRC:                  be.Uint32(b[offCRC:]),
-		Attributes:           int16(be.Uint16(b[offAttributes:])),
-		LastOffsetDelta:      int32(be.Uint32(b[offLastOffsetDelta:])),
-		FirstTimestamp:       int64(be.Uint64(b[offFirstTimestamp:])),
-		MaxTimestamp:         int64(be.Uint64(b[offMaxTimestamp:])),
-		ProducerID:           int64(be.Uint64(b[offProducerID:])),
-		ProducerEpoch:        int16(be.Uint16(b[offProducerEpoch:])),
-		BaseSequence:         int32(be.Uint32(b[offBaseSequence:])),
-		RecordCount:          int32(be.Uint32(b[offRecordCount:])),
+		BaseOffset:           int64(be.Uint64(b[batchfmt.OffBaseOffset:])),
+		BatchLength:          int32(be.Uint32(b[batchfmt.OffBatchLength:])),
+		PartitionLeaderEpoch: int32(be.Uint32(b[batchfmt.OffLeaderEpoch:])),
+		Magic:                int8(b[batchfmt.OffMagic]),
+		CRC:                  be.Uint32(b[batchfmt.OffCRC:]),
+		Attributes:           int16(be.Uint16(b[batchfmt.OffAttributes:])),
+		LastOffsetDelta:      int32(be.Uint32(b[batchfmt.OffLastOffsetDelta:])),
+		FirstTimestamp:       int64(be.Uint64(b[batchfmt.OffFirstTimestamp:])),
+		MaxTimestamp:         int64(be.Uint64(b[batchfmt.OffMaxTimestamp:])),
+		ProducerID:           int64(be.Uint64(b[batchfmt.OffProducerID:])),
+		ProducerEpoch:        int16(be.Uint16(b[batchfmt.OffProducerEpoch:])),
+		BaseSequence:         int32(be.Uint32(b[batchfmt.OffBaseSequence:])),
+		RecordCount:          int32(be.Uint32(b[batchfmt.OffRecordCount:])),
 	}, true
 }
 
 // Size is the whole batch's size in bytes.
-func (h Header) Size() int64 { return int64(h.BatchLength) + lengthOverhead }
+func (h Header) Size() int64 { return int64(h.BatchLength) + batchfmt.LengthOverhead }
 
 // LastOffset is the offset of the batch's last record.
 func (h Header) LastOffset() int64 { return h.BaseOffset + int64(h.LastOffsetDelta) }
@@ -104,14 +88,14 @@ func (h Header) IsControl() bool { return h.Attributes&attrControl != 0 }
 // nextBatch returns the size of the whole batch at the start of b, or 0 when
 // b does not start with a whole, plausibly framed v2 batch.
 func nextBatch(b []byte) int {
-	if len(b) < HeaderSize || b[offMagic] != 2 {
+	if len(b) < HeaderSize || b[batchfmt.OffMagic] != batchfmt.Magic {
 		return 0
 	}
-	l := int32(binary.BigEndian.Uint32(b[offBatchLength:]))
-	if l < minBatchLength || int64(l)+lengthOverhead > int64(len(b)) {
+	l := int32(binary.BigEndian.Uint32(b[batchfmt.OffBatchLength:]))
+	if l < batchfmt.MinBatchLength || int64(l)+batchfmt.LengthOverhead > int64(len(b)) {
 		return 0
 	}
-	return int(l) + lengthOverhead
+	return int(l) + batchfmt.LengthOverhead
 }
 
 // Batches yields each whole v2 batch at the start of b with its header. It
@@ -157,7 +141,7 @@ func FindOffset(b []byte, offset int64) (pos int, ok bool) {
 		if n == 0 {
 			return pos, false
 		}
-		last := int64(be.Uint64(b[pos:])) + int64(int32(be.Uint32(b[pos+offLastOffsetDelta:])))
+		last := int64(be.Uint64(b[pos:])) + int64(int32(be.Uint32(b[pos+batchfmt.OffLastOffsetDelta:])))
 		if last >= offset {
 			return pos, true
 		}
@@ -176,9 +160,24 @@ func StampBaseOffsets(b []byte, first int64) (next int64) {
 		if n == 0 {
 			break
 		}
-		binary.BigEndian.PutUint64(b[offBaseOffset:], uint64(next))
-		next += int64(int32(binary.BigEndian.Uint32(b[offLastOffsetDelta:]))) + 1
+		binary.BigEndian.PutUint64(b[batchfmt.OffBaseOffset:], uint64(next))
+		next += int64(int32(binary.BigEndian.Uint32(b[batchfmt.OffLastOffsetDelta:]))) + 1
 		b = b[n:]
 	}
 	return next
+}
+
+// Wrap wraps n records, already encoded (kmsg.Record.AppendTo), in an
+// uncompressed RecordBatch v2 timestamped ts: what VDL's own writers (the
+// group coordinator, the config servers) append to a log.
+func Wrap(recs []byte, n int, ts int64) []byte {
+	b := kmsg.RecordBatch{
+		PartitionLeaderEpoch: -1, Magic: 2,
+		LastOffsetDelta: int32(n - 1), FirstTimestamp: ts, MaxTimestamp: ts,
+		ProducerID: -1, ProducerEpoch: -1, FirstSequence: -1, NumRecords: int32(n), Records: recs,
+	}
+	out := b.AppendTo(nil)
+	binary.BigEndian.PutUint32(out[batchfmt.OffBatchLength:], uint32(len(out)-batchfmt.LengthOverhead))
+	binary.BigEndian.PutUint32(out[batchfmt.OffCRC:], crc32.Checksum(out[batchfmt.OffAttributes:], castagnoli))
+	return out
 }

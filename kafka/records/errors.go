@@ -8,6 +8,8 @@ package records
 import (
 	"errors"
 	"fmt"
+
+	"github.com/twmb/franz-go/pkg/kerr"
 )
 
 // Errors are sentinel values, wrapped with detail; test with errors.Is and
@@ -27,14 +29,9 @@ var (
 	ErrTransactional = fmt.Errorf("%w: transactional and control batches are not supported", ErrInvalidRecord)
 )
 
-// Kafka error codes for the errors above.
-const (
-	codeCorruptMessage              int16 = 2
-	codeMessageTooLarge             int16 = 10
-	codeUnsupportedCompressionType  int16 = 76
-	codeInvalidRecord               int16 = 87
-	produceVersionWithInvalidRecord       = 8 // KIP-467 added INVALID_RECORD with Produce v8
-)
+// produceVersionWithInvalidRecord: KIP-467 added INVALID_RECORD with
+// Produce v8.
+const produceVersionWithInvalidRecord = 8
 
 // ErrorCode maps an error from this package to the Kafka error code for a
 // Produce response of the given version. INVALID_RECORD (87) only exists
@@ -47,16 +44,16 @@ func ErrorCode(err error, produceVersion int16) int16 {
 	case err == nil:
 		return 0
 	case errors.Is(err, ErrTooLarge):
-		return codeMessageTooLarge
+		return kerr.MessageTooLarge.Code
 	case errors.Is(err, ErrUnsupportedCompression):
-		return codeUnsupportedCompressionType
+		return kerr.UnsupportedCompressionType.Code
 	case errors.Is(err, ErrInvalidRecord):
 		if produceVersion >= produceVersionWithInvalidRecord {
-			return codeInvalidRecord
+			return kerr.InvalidRecord.Code
 		}
-		return codeCorruptMessage
+		return kerr.CorruptMessage.Code
 	case errors.Is(err, ErrCorrupt):
-		return codeCorruptMessage
+		return kerr.CorruptMessage.Code
 	}
-	return -1
+	return kerr.UnknownServerError.Code
 }

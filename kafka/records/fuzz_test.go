@@ -4,6 +4,8 @@ import (
 	"encoding/binary"
 	"hash/crc32"
 	"testing"
+
+	"github.com/vdl-project/vdl/kafka/batchfmt"
 )
 
 const fuzzLimit = 1 << 20
@@ -66,13 +68,13 @@ func FuzzToMessageSet(f *testing.F) {
 		b := make([]byte, HeaderSize, HeaderSize+len(section))
 		b = append(b, section...)
 		be := binary.BigEndian
-		be.PutUint64(b[offBaseOffset:], uint64(base))
-		be.PutUint32(b[offBatchLength:], uint32(len(b)-lengthOverhead))
-		b[offMagic] = 2
-		be.PutUint16(b[offAttributes:], uint16(attrs))
-		be.PutUint32(b[offLastOffsetDelta:], uint32(count-1))
-		be.PutUint32(b[offRecordCount:], uint32(count))
-		be.PutUint32(b[offCRC:], crc32.Checksum(b[offAttributes:], castagnoli))
+		be.PutUint64(b[batchfmt.OffBaseOffset:], uint64(base))
+		be.PutUint32(b[batchfmt.OffBatchLength:], uint32(len(b)-batchfmt.LengthOverhead))
+		b[batchfmt.OffMagic] = 2
+		be.PutUint16(b[batchfmt.OffAttributes:], uint16(attrs))
+		be.PutUint32(b[batchfmt.OffLastOffsetDelta:], uint32(count-1))
+		be.PutUint32(b[batchfmt.OffRecordCount:], uint32(count))
+		be.PutUint32(b[batchfmt.OffCRC:], crc32.Checksum(b[batchfmt.OffAttributes:], castagnoli))
 		if _, err := ValidateV2(b, 1<<30); err != nil {
 			if len(section) >= minRecordSize {
 				t.Fatalf("constructed batch rejected: %v", err)

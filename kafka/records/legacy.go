@@ -7,6 +7,8 @@ import (
 	"math/bits"
 
 	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/vdl-project/vdl/kafka/batchfmt"
 )
 
 // Layout of a legacy (magic 0/1) message: offset, size, then the CRC-32
@@ -227,7 +229,7 @@ func (bl *v2Builder) appendBatch(dst []byte, base int64, codec int8) ([]byte, er
 	}
 	rb := kmsg.RecordBatch{
 		FirstOffset:          base,
-		Length:               int32(minBatchLength + len(payload)),
+		Length:               int32(batchfmt.MinBatchLength + len(payload)),
 		PartitionLeaderEpoch: -1,
 		Magic:                2,
 		Attributes:           int16(codec),
@@ -242,7 +244,7 @@ func (bl *v2Builder) appendBatch(dst []byte, base int64, codec int8) ([]byte, er
 	}
 	start := len(dst)
 	dst = rb.AppendTo(dst)
-	binary.BigEndian.PutUint32(dst[start+offCRC:], crc32.Checksum(dst[start+offAttributes:], castagnoli))
+	binary.BigEndian.PutUint32(dst[start+batchfmt.OffCRC:], crc32.Checksum(dst[start+batchfmt.OffAttributes:], castagnoli))
 	return dst, nil
 }
 

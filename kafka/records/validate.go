@@ -4,6 +4,8 @@ import (
 	"encoding/binary"
 	"fmt"
 	"hash/crc32"
+
+	"github.com/vdl-project/vdl/kafka/batchfmt"
 )
 
 // castagnoli selects the hardware CRC-32C path in hash/crc32.
@@ -45,12 +47,12 @@ func ValidateV2(b []byte, maxBatchBytes int) (Info, error) {
 	be := binary.BigEndian
 	for off := 0; off < len(b); {
 		p := b[off:]
-		if len(p) <= offMagic {
+		if len(p) <= batchfmt.OffMagic {
 			return info, fmt.Errorf("%w: %d trailing bytes at %d", ErrCorrupt, len(p), off)
 		}
 		// Legacy messages keep magic at the same position, so this names
 		// a v0/v1 MessageSet sent on Produce v3+ precisely.
-		switch m := int8(p[offMagic]); m {
+		switch m := int8(p[batchfmt.OffMagic]); m {
 		case 2:
 		case 0, 1:
 			return info, fmt.Errorf("%w: magic %d message in a v2 produce at %d", ErrInvalidRecord, m, off)
@@ -60,9 +62,9 @@ func ValidateV2(b []byte, maxBatchBytes int) (Info, error) {
 		if len(p) < HeaderSize {
 			return info, fmt.Errorf("%w: truncated batch header at %d", ErrCorrupt, off)
 		}
-		l := int32(be.Uint32(p[offBatchLength:]))
-		size := int64(l) + lengthOverhead
-		if l < minBatchLength {
+		l := int32(be.Uint32(p[batchfmt.OffBatchLength:]))
+		size := int64(l) + batchfmt.LengthOverhead
+		if l < batchfmt.MinBatchLength {
 			return info, fmt.Errorf("%w: batch length %d at %d", ErrCorrupt, l, off)
 		}
 		if size > int64(len(p)) {
@@ -72,10 +74,10 @@ func ValidateV2(b []byte, maxBatchBytes int) (Info, error) {
 			return info, fmt.Errorf("%w: batch of %d bytes exceeds %d", ErrTooLarge, size, maxBatchBytes)
 		}
 		p = p[:size]
-		if crc32.Checksum(p[offAttributes:], castagnoli) != be.Uint32(p[offCRC:]) {
+		if crc32.Checksum(p[batchfmt.OffAttributes:], castagnoli) != be.Uint32(p[batchfmt.OffCRC:]) {
 			return info, fmt.Errorf("%w: CRC-32C mismatch in batch at %d", ErrCorrupt, off)
 		}
-		attrs := be.Uint16(p[offAttributes:])
+		attrs := be.Uint16(p[batchfmt.OffAttributes:])
 		codec := int8(attrs & attrCodecMask)
 		if codec > CodecZstd {
 			return info, fmt.Errorf("%w: codec %d in batch at %d", ErrUnsupportedCompression, codec, off)
@@ -83,20 +85,20 @@ func ValidateV2(b []byte, maxBatchBytes int) (Info, error) {
 		if attrs&(attrTransactional|attrControl) != 0 {
 			return info, fmt.Errorf("%w (batch at %d)", ErrTransactional, off)
 		}
-		count := int32(be.Uint32(p[offRecordCount:]))
-		lastDelta := int32(be.Uint32(p[offLastOffsetDelta:]))
+		count := int32(be.Uint32(p[batchfmt.OffRecordCount:]))
+		lastDelta := int32(be.Uint32(p[batchfmt.OffLastOffsetDelta:]))
 		if count <= 0 || lastDelta != count-1 {
 			return info, fmt.Errorf("%w: %d records with last offset delta %d in batch at %d", ErrInvalidRecord, count, lastDelta, off)
 		}
 		// An uncompressed record takes at least 7 bytes; more records
 		// than that cannot be there.
-		if codec == CodecNone && int64(count)*minRecordSize > int64(l-minBatchLength) {
-			return info, fmt.Errorf("%w: %d records cannot fit in %d bytes", ErrCorrupt, count, l-minBatchLength)
+		if codec == CodecNone && int64(count)*minRecordSize > int64(l-batchfmt.MinBatchLength) {
+			return info, fmt.Errorf("%w: %d records cannot fit in %d bytes", ErrCorrupt, count, l-batchfmt.MinBatchLength)
 		}
 		info.Batches++
 		info.Records += int64(count)
 		info.Codecs |= 1 << codec
-		info.MaxTimestamp = max(info.MaxTimestamp, int64(be.Uint64(p[offMaxTimestamp:])))
+		info.MaxTimestamp = max(info.MaxTimestamp, int64(be.Uint64(p[batchfmt.OffMaxTimestamp:])))
 		off += int(size)
 	}
 	return info, nil

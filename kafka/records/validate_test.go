@@ -5,6 +5,8 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/vdl-project/vdl/kafka/batchfmt"
 )
 
 var allCodecs = []int8{CodecNone, CodecGzip, CodecSnappy, CodecLZ4, CodecZstd}
@@ -32,12 +34,12 @@ func TestValidateV2AcceptsEveryCodec(t *testing.T) {
 // Clients put anything in the fields the broker owns; none is checked.
 func TestValidateV2IgnoresBrokerOwnedFields(t *testing.T) {
 	b := buildV2(t, CodecNone, mkTestRecords(3, 5), 0)
-	binary.BigEndian.PutUint64(b[offBaseOffset:], 12345)
-	binary.BigEndian.PutUint32(b[offLeaderEpoch:], 0) // sarama sends 0, franz-go -1
+	binary.BigEndian.PutUint64(b[batchfmt.OffBaseOffset:], 12345)
+	binary.BigEndian.PutUint32(b[batchfmt.OffLeaderEpoch:], 0) // sarama sends 0, franz-go -1
 	// producer id/epoch/sequence are inside the CRC: set them and re-CRC.
-	binary.BigEndian.PutUint64(b[offProducerID:], 77)
-	binary.BigEndian.PutUint16(b[offProducerEpoch:], 3)
-	binary.BigEndian.PutUint32(b[offBaseSequence:], 9)
+	binary.BigEndian.PutUint64(b[batchfmt.OffProducerID:], 77)
+	binary.BigEndian.PutUint16(b[batchfmt.OffProducerEpoch:], 3)
+	binary.BigEndian.PutUint32(b[batchfmt.OffBaseSequence:], 9)
 	_, err := ValidateV2(recrc(b), 1<<20)
 	require.NoError(t, err)
 	// LogAppendTime set by a client is accepted as sent.
@@ -57,7 +59,7 @@ func TestValidateV2Rejects(t *testing.T) {
 	}
 	setAttrs := func(a uint16) []byte {
 		b := good()
-		binary.BigEndian.PutUint16(b[offAttributes:], a)
+		binary.BigEndian.PutUint16(b[batchfmt.OffAttributes:], a)
 		return recrc(b)
 	}
 	twice := append(good(), good()...)
@@ -73,24 +75,24 @@ func TestValidateV2Rejects(t *testing.T) {
 		{"truncated body", good()[:len(good())-1], 1 << 20, ErrCorrupt},
 		{"trailing garbage", append(good(), 0, 0, 0), 1 << 20, ErrCorrupt},
 		{"partial second batch", twice[:len(twice)-3], 1 << 20, ErrCorrupt},
-		{"negative length", set32(offBatchLength, 0xFFFFFFFF, false), 1 << 20, ErrCorrupt},
-		{"huge length", set32(offBatchLength, 0x7FFFFFFF, false), 1 << 20, ErrCorrupt},
-		{"length below header", set32(offBatchLength, 48, false), 1 << 20, ErrCorrupt},
-		{"bad crc", set32(offCRC, 1, false), 1 << 20, ErrCorrupt},
+		{"negative length", set32(batchfmt.OffBatchLength, 0xFFFFFFFF, false), 1 << 20, ErrCorrupt},
+		{"huge length", set32(batchfmt.OffBatchLength, 0x7FFFFFFF, false), 1 << 20, ErrCorrupt},
+		{"length below header", set32(batchfmt.OffBatchLength, 48, false), 1 << 20, ErrCorrupt},
+		{"bad crc", set32(batchfmt.OffCRC, 1, false), 1 << 20, ErrCorrupt},
 		{"flipped payload bit", func() []byte { b := good(); b[len(b)-1] ^= 1; return b }(), 1 << 20, ErrCorrupt},
-		{"magic 1", func() []byte { b := good(); b[offMagic] = 1; return b }(), 1 << 20, ErrInvalidRecord},
-		{"magic 3", func() []byte { b := good(); b[offMagic] = 3; return b }(), 1 << 20, ErrCorrupt},
+		{"magic 1", func() []byte { b := good(); b[batchfmt.OffMagic] = 1; return b }(), 1 << 20, ErrInvalidRecord},
+		{"magic 3", func() []byte { b := good(); b[batchfmt.OffMagic] = 3; return b }(), 1 << 20, ErrCorrupt},
 		{"too large", good(), 70, ErrTooLarge},
 		{"codec 5", setAttrs(5), 1 << 20, ErrUnsupportedCompression},
 		{"codec 7", setAttrs(7), 1 << 20, ErrUnsupportedCompression},
 		{"transactional", setAttrs(1 | attrTransactional), 1 << 20, ErrTransactional},
 		{"control", setAttrs(attrControl), 1 << 20, ErrTransactional},
 		{"zero records", func() []byte {
-			b := set32(offRecordCount, 0, false)
-			return recrc(set32At(b, offLastOffsetDelta, 0xFFFFFFFF))
+			b := set32(batchfmt.OffRecordCount, 0, false)
+			return recrc(set32At(b, batchfmt.OffLastOffsetDelta, 0xFFFFFFFF))
 		}(), 1 << 20, ErrInvalidRecord},
-		{"count vs delta", set32(offLastOffsetDelta, 7, true), 1 << 20, ErrInvalidRecord},
-		{"negative count", set32(offRecordCount, 0x80000000, true), 1 << 20, ErrInvalidRecord},
+		{"count vs delta", set32(batchfmt.OffLastOffsetDelta, 7, true), 1 << 20, ErrInvalidRecord},
+		{"negative count", set32(batchfmt.OffRecordCount, 0x80000000, true), 1 << 20, ErrInvalidRecord},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -100,8 +102,8 @@ func TestValidateV2Rejects(t *testing.T) {
 	}
 	// Uncompressed: more records than bytes can hold.
 	b := buildV2(t, CodecNone, mkTestRecords(2, 1), 0)
-	binary.BigEndian.PutUint32(b[offRecordCount:], 1000)
-	binary.BigEndian.PutUint32(b[offLastOffsetDelta:], 999)
+	binary.BigEndian.PutUint32(b[batchfmt.OffRecordCount:], 1000)
+	binary.BigEndian.PutUint32(b[batchfmt.OffLastOffsetDelta:], 999)
 	_, err := ValidateV2(recrc(b), 1<<20)
 	require.ErrorIs(t, err, ErrCorrupt)
 }
@@ -114,8 +116,8 @@ func set32At(b []byte, off int, v uint32) []byte {
 func TestCheckRecordsCatchesWhatValidateSkips(t *testing.T) {
 	// Header claims 5 records, section holds 3: the header-only check passes.
 	b := buildV2(t, CodecSnappy, mkTestRecords(3, 1), 0)
-	binary.BigEndian.PutUint32(b[offRecordCount:], 5)
-	binary.BigEndian.PutUint32(b[offLastOffsetDelta:], 4)
+	binary.BigEndian.PutUint32(b[batchfmt.OffRecordCount:], 5)
+	binary.BigEndian.PutUint32(b[batchfmt.OffLastOffsetDelta:], 4)
 	recrc(b)
 	_, err := ValidateV2(b, 1<<20)
 	require.NoError(t, err)

@@ -41,6 +41,17 @@ func Batch(values ...[]byte) []byte {
 	return b
 }
 
+// IdempotentBatch is Batch with an idempotent producer's fields: producer
+// id, epoch and the sequence of its first record.
+func IdempotentBatch(pid int64, epoch int16, seq int32, values ...[]byte) []byte {
+	b := Batch(values...)
+	binary.BigEndian.PutUint64(b[43:], uint64(pid))
+	binary.BigEndian.PutUint16(b[51:], uint16(epoch))
+	binary.BigEndian.PutUint32(b[53:], uint32(seq))
+	binary.BigEndian.PutUint32(b[17:], crc32.Checksum(b[21:], castagnoli))
+	return b
+}
+
 // Value returns a size-byte value that starts with a unique tag.
 func Value(tag string, size int) []byte {
 	v := make([]byte, size)

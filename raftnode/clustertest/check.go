@@ -5,6 +5,8 @@ import (
 	"context"
 	"fmt"
 	"time"
+
+	"github.com/vdl-project/vdl/kafka/batchfmt"
 )
 
 // Replica is a replica's committed log of one group as read from its
@@ -84,7 +86,7 @@ func (r Replica) Dense() error {
 
 // CheckAcked checks that every acknowledged proposal is in the replica at
 // the offsets it was acknowledged with, byte for byte (bar the stamped
-// base offset). Acks below the replica's start (deleted by retention) are
+// base offset and leader epoch). Acks below the replica's start (deleted by retention) are
 // skipped; the count of checked acks is returned.
 func (r Replica) CheckAcked(acked []Acked) (int, error) {
 	byBase := make(map[int64]KBatch, len(r.Batches))
@@ -101,7 +103,9 @@ func (r Replica) CheckAcked(acked []Acked) (int, error) {
 			return checked, fmt.Errorf("n%d: ack [%d,%d) from n%d: no batch at that offset (start %d, hwm %d)",
 				r.Node, a.Result.BaseOffset, a.Result.NextOffset, a.Node, r.Start, r.HWM)
 		}
-		if b.Base+b.Count != a.Result.NextOffset || !bytes.Equal(b.Data[8:], a.Data[8:]) {
+		same := bytes.Equal(b.Data[8:batchfmt.OffLeaderEpoch], a.Data[8:batchfmt.OffLeaderEpoch]) &&
+			bytes.Equal(b.Data[batchfmt.OffMagic:], a.Data[batchfmt.OffMagic:])
+		if b.Base+b.Count != a.Result.NextOffset || !same {
 			return checked, fmt.Errorf("n%d: ack [%d,%d) from n%d: stored batch differs", r.Node, a.Result.BaseOffset, a.Result.NextOffset, a.Node)
 		}
 		checked++

@@ -1,7 +1,10 @@
-// Package memcluster is the step-by-step driver of raftnode's Core: whole
-// clusters of servers, each with its Raft groups on the real storage engine
-// over an in-memory disk (vfs.Mem), connected by an in-memory network, all
-// on one goroutine. Every choice (message order, loss, when disks finish
+// Package memcluster is a step-by-step driver of raftnode's engine: whole
+// clusters of servers, each a raftnode.Node (the Core with the production
+// storage pipeline, snapshot installs and fail-stop — the engine the Host
+// and the simulator run too) with its Raft groups on the real storage
+// engine over an in-memory disk (vfs.Mem), connected by an in-memory
+// network, all on one goroutine. The driver only carries the engine's jobs
+// out, one step at a time. Every choice (message order, loss, when disks finish
 // writing, ticks) is drawn from seeded streams, so a seed replays a run
 // exactly; the trace hash proves it. The simulator grows from this.
 package memcluster
@@ -12,6 +15,7 @@ import (
 	"errors"
 	"fmt"
 	"hash"
+	"log/slog"
 	"math/rand/v2"
 	"path"
 	"slices"
@@ -65,15 +69,16 @@ type envelope struct {
 	msg             *raftpb.Message
 }
 
-// Node is one server: a core, its disk and its logs.
+// Node is one server: its engine, its disk and its logs.
 type Node struct {
 	ID    uint64
-	Core  *raftnode.Core
+	Raft  *raftnode.Node
 	FS    *vfs.Mem
 	Logs  map[uint64]*storage.Log
 	Down  bool
-	work  []raftnode.Effect
+	jobs  []func() // the engine's disk jobs, carried out at the node's next disk step
 	hwm   map[uint64]int64
+	err   error // why the engine stopped (a fail-stop), reported by Step
 	c     *Cluster
 	crash *rand.Rand
 }
@@ -136,26 +141,31 @@ func (n *Node) openLog(group uint64) (*storage.Log, error) {
 
 func (n *Node) dir() string { return fmt.Sprintf("/n%d", n.ID) }
 
-// start opens the node's logs and builds a fresh core over them.
+// start opens the node's logs and builds a fresh engine over them.
 func (n *Node) start() error {
 	cc := n.c.cfg.Core
 	cc.ID = n.ID
 	cc.SyncWrites = n.c.cfg.SyncWrites
-	n.Core = raftnode.NewCore(cc)
+	n.Raft = raftnode.NewNode(raftnode.NodeConfig{
+		Core:     cc,
+		Logger:   slog.New(slog.DiscardHandler), // a fail-stop comes back through Stopped
+		OnEffect: func(e raftnode.Effect) { n.c.record("n%d %s", n.ID, raftnode.Describe(e)) },
+	}, memIO{n})
 	n.Logs = map[uint64]*storage.Log{}
 	n.hwm = map[uint64]int64{}
+	n.jobs, n.err = nil, nil
 	for _, g := range n.c.cfg.Groups {
 		l, err := n.openLog(g)
 		if err != nil {
 			return fmt.Errorf("node %d group %d: %w", n.ID, g, err)
 		}
 		n.Logs[g] = l
-		if err := n.Core.AddGroup(g, l); err != nil {
+		if err := n.Raft.AddGroup(g, l); err != nil {
 			return err
 		}
 	}
 	n.Down = false
-	n.route()
+	n.Raft.Flush()
 	return nil
 }
 
@@ -187,100 +197,79 @@ func (c *Cluster) record(format string, args ...any) {
 // TraceHash is the hash of everything that happened so far.
 func (c *Cluster) TraceHash() string { return hex.EncodeToString(c.trace.Sum(nil)) }
 
-// route takes the core's effects and puts them where they go.
-func (n *Node) route() {
-	for _, e := range n.Core.TakeEffects() {
-		n.c.record("n%d %s", n.ID, raftnode.Describe(e))
-		switch e := e.(type) {
-		case raftnode.Send:
-			// Clone: peers must never share memory, as over a real wire.
-			n.c.wire = append(n.c.wire, envelope{from: n.ID, to: e.Msg.GetTo(), group: e.Group, msg: proto.Clone(e.Msg).(*raftpb.Message)})
-		case raftnode.Append, raftnode.SaveConfState, raftnode.Retain, raftnode.Applied:
-			if a, ok := e.(raftnode.Applied); ok {
-				n.hwm[a.Group] = a.HighWatermark
-			}
-			n.work = append(n.work, e)
-		case raftnode.Complete:
-			n.c.Results[e.ID] = e
-		}
-	}
+// memIO is a node as the driver of its raftnode.Node: messages go on the
+// wire, disk jobs wait for the node's next disk step.
+type memIO struct{ n *Node }
+
+func (d memIO) Send(group uint64, m *raftpb.Message) {
+	// Clone: peers must never share memory, as over a real wire.
+	c := d.n.c
+	c.wire = append(c.wire, envelope{from: d.n.ID, to: m.GetTo(), group: group, msg: proto.Clone(m).(*raftpb.Message)})
 }
 
-// flush carries out the node's pending disk work like the production
-// append worker: write everything, one sync per touched log, then report.
-func (n *Node) flush() error {
-	work := n.work
-	n.work = nil
-	var done []raftnode.Append
-	var touched []uint64
-	for _, e := range work {
-		switch e := e.(type) {
-		case raftnode.Append:
-			m := e.Msg
-			if m.GetSnapshot().GetMetadata().GetIndex() != 0 {
-				if err := n.Logs[e.Group].InstallSnapshot(m.GetSnapshot(), n.c.entrySource(e.Group, e.Leader)); err != nil {
-					return fmt.Errorf("node %d group %d install snapshot: %w", n.ID, e.Group, err)
-				}
-			}
-			if err := raftnode.WriteAppend(n.Logs[e.Group], m); err != nil {
-				return fmt.Errorf("node %d group %d write: %w", n.ID, e.Group, err)
-			}
-			done = append(done, e)
-			if !slices.Contains(touched, e.Group) {
-				touched = append(touched, e.Group)
-			}
-		case raftnode.SaveConfState:
-			if err := n.Logs[e.Group].ApplyConfState(e.Index, e.Conf); err != nil {
-				return err
-			}
-		case raftnode.Retain:
-			if _, err := n.Logs[e.Group].DeleteBefore(e.BeforeOffset); err != nil {
-				return err
-			}
-		case raftnode.Applied:
-			n.Logs[e.Group].SetApplied(e.Index)
-		}
-	}
-	for _, g := range touched {
-		if _, err := n.Logs[g].Sync(); err != nil {
-			return fmt.Errorf("node %d group %d sync: %w", n.ID, g, err)
-		}
-	}
-	for _, a := range done {
-		n.Core.AppendDone(a.Group, a.Msg)
-		n.route()
-	}
-	return nil
+func (d memIO) Write(j *raftnode.WriteJob) {
+	n := d.n
+	n.jobs = append(n.jobs, func() { n.Raft.Written(j, j.Run()) })
 }
 
-// entrySource reads snapshot entries straight from the leader's log (the
-// simulator models this copy as instantaneous).
-func (c *Cluster) entrySource(group, leader uint64) storage.EntrySource {
-	return func(from, to uint64) ([]*raftpb.Entry, uint64, error) {
-		n := c.Node(leader)
-		if n == nil || n.Down {
-			return nil, 0, fmt.Errorf("leader n%d is down", leader)
+func (d memIO) Sync(j *raftnode.SyncJob) {
+	n := d.n
+	n.jobs = append(n.jobs, func() { n.Raft.Synced(j, j.Run()) })
+}
+
+func (d memIO) Install(j *raftnode.InstallJob) {
+	n := d.n
+	n.jobs = append(n.jobs, func() { n.Raft.Installed(j, j.Run(n.c.fetchEntries)) })
+}
+
+func (d memIO) Complete(c raftnode.Complete) { d.n.c.Results[c.ID] = c }
+
+func (d memIO) Publish(group uint64, v raftnode.View) { d.n.hwm[group] = v.HighWatermark }
+
+func (d memIO) Stopped(err error) { d.n.err = fmt.Errorf("node %d stopped: %w", d.n.ID, err) }
+
+// diskStep carries out the node's pending disk jobs in order, as the
+// production writer and syncer would, each followed by the engine's next
+// steps (which may queue more jobs, for the next disk step).
+func (n *Node) diskStep() error {
+	jobs := n.jobs
+	n.jobs = nil
+	for _, job := range jobs {
+		if n.Down || n.err != nil {
+			break
 		}
-		ents, prev, err := n.Logs[group].CommittedEntries(from, to, 1<<20)
-		if err != nil {
-			return nil, 0, err
-		}
-		out := make([]*raftpb.Entry, len(ents))
-		for i, e := range ents {
-			out[i] = proto.Clone(e).(*raftpb.Entry)
-		}
-		return out, prev, nil
+		job()
+		n.Raft.Flush()
 	}
+	return n.err
+}
+
+// fetchEntries copies committed entries from a peer's log at once (a
+// snapshot install; the simulator models this copy as instantaneous too).
+func (c *Cluster) fetchEntries(group, peer, from, to uint64) ([]*raftpb.Entry, uint64, error) {
+	n := c.Node(peer)
+	if n == nil || n.Down {
+		return nil, 0, fmt.Errorf("n%d is down", peer)
+	}
+	ents, prev, err := n.Logs[group].CommittedEntries(from, to, 1<<20)
+	if err != nil {
+		return nil, 0, err
+	}
+	out := make([]*raftpb.Entry, len(ents))
+	for i, e := range ents {
+		out[i] = proto.Clone(e).(*raftpb.Entry)
+	}
+	return out, prev, nil
 }
 
 // Step runs one round: disks finish work, the network delivers, clocks tick.
 func (c *Cluster) Step() error {
 	c.steps++
 	for _, n := range c.nodes {
-		if n.Down || len(n.work) == 0 || c.disk.Float64() < c.cfg.DiskDelay {
+		if n.Down || len(n.jobs) == 0 || c.disk.Float64() < c.cfg.DiskDelay {
 			continue
 		}
-		if err := n.flush(); err != nil {
+		if err := n.diskStep(); err != nil {
 			return err
 		}
 	}
@@ -296,15 +285,20 @@ func (c *Cluster) Step() error {
 		if to == nil || to.Down || c.cut[[2]uint64{env.from, env.to}] || c.net.Float64() < c.cfg.DropRate {
 			continue
 		}
-		to.Core.Step(env.group, env.msg)
-		to.route()
+		to.Raft.Step(env.group, env.msg)
+		to.Raft.Flush()
 	}
 	if c.steps%c.cfg.TickEvery == 0 {
 		for _, n := range c.nodes {
 			if !n.Down {
-				n.Core.Tick()
-				n.route()
+				n.Raft.Tick()
+				n.Raft.Flush()
 			}
+		}
+	}
+	for _, n := range c.nodes {
+		if !n.Down && n.err != nil {
+			return n.err
 		}
 	}
 	return nil
@@ -343,7 +337,7 @@ func (c *Cluster) Leader(group uint64) *Node {
 		if n.Down {
 			continue
 		}
-		s, ok := n.Core.Status(group)
+		s, ok := n.Raft.Status(group)
 		if ok && s.Role == "StateLeader" && s.Term >= bestTerm {
 			best, bestTerm = n, s.Term
 		}
@@ -356,8 +350,8 @@ func (c *Cluster) Leader(group uint64) *Node {
 func (c *Cluster) Propose(n *Node, group uint64, data []byte) raftnode.ProposalID {
 	c.nextID++
 	id := c.nextID
-	n.Core.Propose(group, id, data)
-	n.route()
+	n.Raft.Propose(group, id, data)
+	n.Raft.Flush()
 	return id
 }
 
@@ -365,8 +359,8 @@ func (c *Cluster) Propose(n *Node, group uint64, data []byte) raftnode.ProposalI
 func (c *Cluster) ProposeConfChange(n *Node, group uint64, cc *raftpb.ConfChangeV2) raftnode.ProposalID {
 	c.nextID++
 	id := c.nextID
-	n.Core.ProposeConfChange(group, id, cc)
-	n.route()
+	n.Raft.ProposeConfChange(group, id, cc)
+	n.Raft.Flush()
 	return id
 }
 
@@ -379,10 +373,10 @@ func (c *Cluster) Crash(id uint64) {
 	}
 	c.record("crash n%d", id)
 	n.Down = true
-	n.work = nil
+	n.jobs = nil
 	n.FS.Crash(n.crash)
 	n.Logs = nil
-	n.Core = nil
+	n.Raft = nil
 }
 
 // Restart recovers a crashed node from its disk.

@@ -8,6 +8,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 	"go.etcd.io/raft/v3/raftpb"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/vdl-project/vdl/raftnode"
 	"github.com/vdl-project/vdl/raftnode/clustertest"
@@ -190,7 +191,7 @@ func TestMembershipChange(t *testing.T) {
 	require.True(t, ok)
 	require.NoError(t, c.Results[id].Err)
 	produce(t, c, 1, 5)
-	s, _ := waitLeader(t, c, 1).Core.Status(1)
+	s, _ := waitLeader(t, c, 1).Raft.Status(1)
 	require.Equal(t, []uint64{1, 2}, s.Voters)
 }
 
@@ -297,4 +298,66 @@ func TestSmallProposalsShareEntries(t *testing.T) {
 		require.Equal(t, value(i), vs[0])
 	}
 	requireConverged(t, c, 7, next)
+}
+
+// Messages from the network are checked before raft sees them: types only
+// local code creates (a proposal: VDL never forwards them) are dropped, and
+// so are appends carrying an entry the log cannot hold. One forged MsgProp
+// with a malformed entry once fail-stopped the leader and a follower.
+func TestForgedMessagesAreDropped(t *testing.T) {
+	c := newCluster(t, 7, []uint64{1, 2, 3}, []uint64{1}, nil)
+	produce(t, c, 1, 3)
+	l := waitLeader(t, c, 1)
+	var f *Node
+	for _, n := range c.Nodes() {
+		if n != l {
+			f = n
+		}
+	}
+	last, err := l.Logs[1].LastIndex()
+	require.NoError(t, err)
+	term, err := l.Logs[1].Term(last)
+	require.NoError(t, err)
+	malformedUser := &raftpb.Entry{Type: raftpb.EntryNormal.Enum(), Index: proto.Uint64(last + 1), Term: proto.Uint64(term),
+		Data: []byte{storage.TagUser, 1, 2, 3}}
+	malformedConf := &raftpb.Entry{Type: raftpb.EntryConfChangeV2.Enum(), Index: proto.Uint64(last + 1), Term: proto.Uint64(term),
+		Data: []byte{0xff, 0xff, 0xff}}
+	u64 := proto.Uint64
+	l.Raft.Step(1, &raftpb.Message{Type: raftpb.MsgProp.Enum(), From: u64(f.ID), To: u64(l.ID),
+		Entries: []*raftpb.Entry{{Type: raftpb.EntryNormal.Enum(), Data: malformedUser.Data}}})
+	for _, e := range []*raftpb.Entry{malformedUser, malformedConf} {
+		f.Raft.Step(1, &raftpb.Message{Type: raftpb.MsgApp.Enum(), From: u64(l.ID), To: u64(f.ID), Term: u64(term),
+			LogTerm: u64(term), Index: u64(last), Commit: u64(last), Entries: []*raftpb.Entry{e}})
+	}
+	require.NoError(t, c.Run(500), "no server stopped")
+	for _, n := range c.Nodes() {
+		got, err := n.Logs[1].LastIndex()
+		require.NoError(t, err)
+		require.Equal(t, last, got, "node %d appended nothing forged", n.ID)
+	}
+	produce(t, c, 1, 3) // and the group goes on
+}
+
+// The offsets a produce was counted to take (the Kafka front end's count,
+// handed on through ProposeRecords instead of walking the batches again)
+// are checked when its entry applies, against what the storage stamped: a
+// miscount would acknowledge records at offsets they do not have, so the
+// core stops (the Host turns the panic into a fail-stop).
+func TestMiscountedOffsetsStopTheCore(t *testing.T) {
+	c := newCluster(t, 3, []uint64{1, 2, 3}, []uint64{1}, nil)
+	l := waitLeader(t, c, 1)
+	c.nextID++
+	l.Raft.ProposeRecords(1, c.nextID, batch(3, []byte("v")), 3)
+	l.Raft.Flush()
+	ok, err := c.RunUntil(5000, func() bool { _, done := c.Results[c.nextID]; return done })
+	require.NoError(t, err)
+	require.True(t, ok)
+	require.Equal(t, int64(3), c.Results[c.nextID].NextOffset-c.Results[c.nextID].BaseOffset, "counted right: acknowledged")
+
+	c.nextID++
+	l.Raft.ProposeRecords(1, c.nextID, batch(3, []byte("v")), 2) // three records counted as two
+	l.Raft.Flush()
+	require.PanicsWithValue(t, "raftnode: group 1: entry 4 holds offsets [3, 6) but its proposals were counted to end at 5", func() {
+		_, _ = c.RunUntil(5000, func() bool { return false })
+	})
 }

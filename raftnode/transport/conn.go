@@ -61,16 +61,38 @@ func (t *Transport) acceptLoop(ln net.Listener) {
 }
 
 // serve runs one accepted connection: handshake, then the read loop.
-func (t *Transport) serve(c net.Conn) {
+func (t *Transport) serve(raw net.Conn) {
 	defer t.wg.Done()
+	c := raw
+	handed := false
 	defer func() {
+		if handed {
+			return
+		}
 		_ = c.Close()
 		t.mu.Lock()
-		delete(t.conns, c)
+		delete(t.conns, raw)
 		t.mu.Unlock()
 	}()
 	remote := c.RemoteAddr().String()
-	p, err := t.acceptHandshake(c)
+	sc, certID, isHTTP, err := t.secureAccept(c)
+	if err != nil {
+		if t.ctx.Err() == nil {
+			t.log.Warn("rejecting connection", "remote", remote, "reason", err.Error())
+		}
+		return
+	}
+	if isHTTP {
+		if t.cfg.HTTP != nil && t.httpLn.hand(sc) {
+			t.mu.Lock()
+			delete(t.conns, raw) // the HTTP server owns it now
+			t.mu.Unlock()
+			handed = true
+		}
+		return
+	}
+	c = sc
+	p, err := t.acceptHandshake(c, certID)
 	if err != nil {
 		if t.ctx.Err() == nil {
 			t.log.Warn("rejecting raft stream", "remote", remote, "peer", p, "reason", err.Error())
@@ -116,13 +138,17 @@ func (t *Transport) serve(c net.Conn) {
 // acceptHandshake validates the dialer's handshake and answers it: with
 // our own, or with a rejection naming the reason. It returns the sender's
 // node id (as claimed, for logging, even on error).
-func (t *Transport) acceptHandshake(c net.Conn) (uint64, error) {
+func (t *Transport) acceptHandshake(c net.Conn, certID uint64) (uint64, error) {
 	_ = c.SetDeadline(time.Now().Add(t.cfg.HandshakeTimeout))
 	hs, err := readHandshake(c)
 	if err != nil {
 		return 0, err
 	}
-	if err := t.checkHandshake(hs); err != nil {
+	err = t.checkHandshake(hs)
+	if err == nil && t.cfg.TLSServer != nil && hs.From != certID {
+		err = fmt.Errorf("the stream claims to come from node %d, but its certificate is node %d's", hs.From, certID)
+	}
+	if err != nil {
 		_, _ = c.Write(rejection(t.cfg.ClusterID, t.cfg.NodeID, hs.From, err.Error()))
 		return hs.From, err
 	}
@@ -178,6 +204,9 @@ func (t *Transport) readLoop(c net.Conn, p *peer) error {
 		}
 		if to := m.GetTo(); to != t.cfg.NodeID {
 			return fmt.Errorf("message for node %d arrived at node %d (group %d)", to, t.cfg.NodeID, group)
+		}
+		if f := m.GetFrom(); f != p.id {
+			return fmt.Errorf("message claims sender node %d on the stream of node %d (group %d)", f, p.id, group)
 		}
 		p.recvFrames.Add(1)
 		p.recvBytes.Add(uint64(frameOverheadLen + len(payload)))

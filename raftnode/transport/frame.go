@@ -178,11 +178,8 @@ func (fr *frameReader) next() (group, from uint64, payload []byte, err error) {
 	if n < framePrefixLen {
 		return 0, 0, nil, protoErr("frame length %d shorter than the %d-byte frame prefix", n, framePrefixLen)
 	}
-	if uint32(cap(fr.buf)) < n {
-		fr.buf = make([]byte, n, max(n, 4096))
-	}
-	body := fr.buf[:n]
-	if _, err := io.ReadFull(fr.r, body); err != nil {
+	body, err := fr.readBody(int(n))
+	if err != nil {
 		if errors.Is(err, io.EOF) {
 			err = io.ErrUnexpectedEOF
 		}
@@ -192,6 +189,31 @@ func (fr *frameReader) next() (group, from uint64, payload []byte, err error) {
 		return 0, 0, nil, protoErr("frame crc mismatch: header %#08x, computed %#08x", sum, got)
 	}
 	return binary.BigEndian.Uint64(body[0:]), binary.BigEndian.Uint64(body[8:]), body[framePrefixLen:], nil
+}
+
+// readBody reads n bytes into the reusable buffer, growing it as the
+// bytes arrive: a frame announcing MaxFrameBytes costs what was sent.
+func (fr *frameReader) readBody(n int) ([]byte, error) {
+	if cap(fr.buf) >= n {
+		body := fr.buf[:n]
+		_, err := io.ReadFull(fr.r, body)
+		return body, err
+	}
+	body := fr.buf[:0]
+	for len(body) < n {
+		if len(body) == cap(body) {
+			grown := make([]byte, len(body), min(max(2*cap(body), 4096), n))
+			copy(grown, body)
+			body = grown
+		}
+		k, err := fr.r.Read(body[len(body):cap(body)])
+		body = body[:len(body)+k]
+		if err != nil && len(body) < n {
+			return nil, err
+		}
+	}
+	fr.buf = body
+	return body, nil
 }
 
 // Frame buffers come from power-of-two size classes (256 B .. 64 KiB) so that

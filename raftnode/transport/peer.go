@@ -303,8 +303,13 @@ func (p *peer) run() {
 // in p.conn so that stop can interrupt the handshake.
 func (p *peer) dial(addr string) (net.Conn, error) {
 	cfg := &p.t.cfg
-	c, err := cfg.Dialer.DialContext(p.ctx, "tcp", addr)
+	raw, err := cfg.Dialer.DialContext(p.ctx, "tcp", addr)
 	if err != nil {
+		return nil, err
+	}
+	c, err := p.t.secureDial(raw, p.id, alpnRaft)
+	if err != nil {
+		_ = raw.Close()
 		return nil, err
 	}
 	p.mu.Lock()

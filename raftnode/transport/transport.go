@@ -18,10 +18,13 @@ package transport
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net"
+	"net/http"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -98,6 +101,20 @@ type Config struct {
 	MinBackoff, MaxBackoff time.Duration
 	// Rand supplies the backoff jitter; default rng.New(NodeID, "raft-transport").
 	Rand rng.Rand
+
+	// TLSServer, TLSClient and PeerID make every connection mutual TLS
+	// (secure.go): the acceptor presents TLSServer's certificate and
+	// requires a client certificate signed by its ClientCAs; the dialer
+	// uses TLSClient(peer), which must verify that the certificate is that
+	// peer's; PeerID reads the node id from a verified certificate, and a
+	// stream claiming another sender is refused. All nil: plain TCP (the
+	// server allows it only when told so, insecure_peers).
+	TLSServer *tls.Config
+	TLSClient func(peer uint64) *tls.Config
+	PeerID    func(cert *x509.Certificate) (uint64, bool)
+	// HTTP, if set, serves the peers' HTTP requests (snapshot entry
+	// copies) on the same listener; DialHTTP connects to a peer's.
+	HTTP http.Handler
 }
 
 // RejectedError: a peer refused our stream, for Reason.
@@ -140,6 +157,8 @@ type Transport struct {
 	ln      net.Listener
 	conns   map[net.Conn]struct{} // accepted connections, for Close
 	inbound map[uint64]*inConn    // current established stream per sender
+	httpLn  *connListener         // peers' HTTP connections (Config.HTTP)
+	httpSrv *http.Server
 
 	randMu sync.Mutex
 
@@ -213,6 +232,9 @@ func (t *Transport) Start() error {
 	if t.cfg.Handler == nil {
 		return errors.New("transport: Handler is required")
 	}
+	if (t.cfg.TLSServer == nil) != (t.cfg.TLSClient == nil) || (t.cfg.TLSServer != nil && t.cfg.PeerID == nil) {
+		return errors.New("transport: TLSServer, TLSClient and PeerID go together")
+	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.closed {
@@ -231,6 +253,9 @@ func (t *Transport) Start() error {
 	t.started = true
 	t.ln = ln
 	if ln != nil {
+		if t.cfg.HTTP != nil {
+			t.startHTTP(ln.Addr())
+		}
 		t.wg.Add(1)
 		go t.acceptLoop(ln)
 	}
@@ -372,6 +397,10 @@ func (t *Transport) Close() error {
 		if cerr := ln.Close(); cerr != nil && !errors.Is(cerr, net.ErrClosed) {
 			err = cerr
 		}
+	}
+	if t.httpSrv != nil {
+		_ = t.httpLn.Close()
+		_ = t.httpSrv.Close()
 	}
 	for _, c := range conns {
 		_ = c.Close()

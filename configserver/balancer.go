@@ -1,0 +1,310 @@
+package configserver
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/vdl-project/vdl/internal/pki"
+)
+
+// The balancer, on the leader, once a second: a stream whose leader has
+// been outside its preferred DC for BalanceAfterMs gets a leader transfer
+// to a caught-up replica there that is up; among the replicas of the
+// leader's DC (every replica without a preferred DC), leadership moves
+// from a server leading two more streams than another. It acts only on a
+// fresh view (a new leader first waits until it heard every server), at
+// most MaxTransfersPerSec transfers a second, one per stream per
+// BalanceAfterMs; what it did and what it could not do, and why, is
+// GET /v1/balancer (vdlctl balancer status).
+
+// BalancerStatus is GET /v1/balancer.
+type BalancerStatus struct {
+	View      string         `json:"view"` // "fresh", or why the balancer waits
+	Pending   []BalancerItem `json:"pending"`
+	Refused   []BalancerItem `json:"refused"`
+	Done      []BalancerItem `json:"done"` // the newest last
+	Transfers uint64         `json:"transfers"`
+	Failures  uint64         `json:"failures"`
+}
+
+// BalancerItem is one stream the balancer looked at.
+type BalancerItem struct {
+	Stream string `json:"stream"`
+	Leader uint64 `json:"leader"`
+	To     uint64 `json:"to,omitempty"`
+	At     int64  `json:"at_ms"` // since when (pending) or when
+	Reason string `json:"reason"`
+}
+
+// balancer is the leader's soft balancing state.
+type balancer struct {
+	mu        sync.Mutex
+	outside   map[string]time.Time // stream -> since when its leader is outside its preferred DC
+	last      map[string]time.Time // stream -> its last transfer
+	pending   []BalancerItem
+	refused   []BalancerItem
+	done      []BalancerItem
+	transfers uint64
+	failures  uint64
+	view      string
+}
+
+const keepDone = 50
+
+func newBalancer() *balancer {
+	return &balancer{outside: map[string]time.Time{}, last: map[string]time.Time{}}
+}
+
+func (b *balancer) status() BalancerStatus {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return BalancerStatus{View: b.view, Pending: slices.Clone(b.pending), Refused: slices.Clone(b.refused),
+		Done: slices.Clone(b.done), Transfers: b.transfers, Failures: b.failures}
+}
+
+// transfer is one leader transfer the balancer decided.
+type transfer struct {
+	stream     Stream
+	from, to   uint64
+	reason     string
+	fromServer Server
+}
+
+// balance runs one round of the balancer.
+func (s *Service) balance(ctx context.Context, now time.Time) {
+	s.soft.mu.Lock()
+	fresh, why := s.soft.fresh(now, s.downAfter())
+	s.soft.mu.Unlock()
+	b := s.bal
+	if !fresh {
+		b.mu.Lock()
+		b.view = why
+		b.mu.Unlock()
+		return
+	}
+	plan := s.planTransfers(now)
+	for i, t := range plan {
+		if i >= s.cfg.MaxTransfersPerSec {
+			break
+		}
+		fpBeforeTransfer()
+		err := s.transferLeader(ctx, t)
+		b.mu.Lock()
+		item := BalancerItem{Stream: t.stream.Name, Leader: t.from, To: t.to, At: now.UnixMilli(), Reason: t.reason}
+		if err != nil {
+			b.failures++
+			item.Reason = fmt.Sprintf("%s: transfer failed: %v", t.reason, err)
+			b.refused = append(b.refused, item)
+		} else {
+			b.transfers++
+			b.done = append(b.done, item)
+			if len(b.done) > keepDone {
+				b.done = b.done[len(b.done)-keepDone:]
+			}
+		}
+		b.last[t.stream.Name] = now
+		b.mu.Unlock()
+	}
+}
+
+// planTransfers decides this round's transfers and records what waits and
+// what cannot be done.
+func (s *Service) planTransfers(now time.Time) []transfer {
+	v := BalanceView{Servers: map[uint64]Server{}, Streams: s.state.Streams(), Reports: map[uint64]GroupReport{}, Up: map[uint64]bool{}}
+	for _, srv := range s.state.Servers() {
+		v.Servers[srv.ID] = srv
+	}
+	s.soft.mu.Lock()
+	v.Leaders = s.leadersLocked()
+	for id, h := range s.soft.reports {
+		health, _ := s.soft.health(id, now, s.downAfter())
+		v.Up[id] = health == "up"
+		for _, g := range h.report.Groups {
+			if g.Role == roleLeader && v.Leaders[g.Group] == id {
+				v.Reports[g.Group] = g
+			}
+		}
+	}
+	s.soft.mu.Unlock()
+	b := s.bal
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.view = "fresh"
+	mem := BalanceMemory{Outside: b.outside, Last: b.last}
+	plan, pending, refused := PlanTransfers(v, &mem, now, time.Duration(s.cfg.BalanceAfterMs)*time.Millisecond)
+	b.pending, b.refused = pending, refused
+	var out []transfer
+	for _, t := range plan {
+		out = append(out, transfer{stream: t.Stream, from: t.From, to: t.To, reason: t.Reason, fromServer: v.Servers[t.From]})
+	}
+	return out
+}
+
+// BalanceView is what the balancer decides from: the catalog, each
+// group's leader and that leader's last report, and which servers are up.
+type BalanceView struct {
+	Servers map[uint64]Server
+	Streams []Stream
+	Leaders map[uint64]uint64      // group -> its reported leader
+	Reports map[uint64]GroupReport // group -> its leader's report
+	Up      map[uint64]bool
+}
+
+// BalanceMemory is what the balancer remembers between rounds (soft, the
+// leader's only): since when each stream's leader is outside its preferred
+// DC, and each stream's last transfer.
+type BalanceMemory struct {
+	Outside map[string]time.Time
+	Last    map[string]time.Time
+}
+
+// Transfer is one leader transfer the balancer decided.
+type Transfer struct {
+	Stream   Stream
+	From, To uint64
+	Reason   string
+}
+
+// PlanTransfers decides a round's leader transfers (the preferred DC
+// first, then even leader counts within a DC), and lists what waits and
+// what cannot be done, and why. It is a pure function of v, mem and now
+// (it updates mem's Outside; the caller records Last when it transfers),
+// deterministic for the same input: the config servers and the simulator
+// run it alike.
+func PlanTransfers(v BalanceView, mem *BalanceMemory, now time.Time, after time.Duration) (plan []Transfer, pending, refused []BalancerItem) {
+	servers, leaders, reports, up := v.Servers, v.Leaders, v.Reports, v.Up
+	count := map[uint64]int{}
+	for _, l := range leaders {
+		count[l]++
+	}
+	for _, st := range v.Streams {
+		l, ok := leaders[st.Group]
+		if st.State != StreamActive || !ok {
+			delete(mem.Outside, st.Name)
+			continue
+		}
+		rep := reports[st.Group]
+		caughtUp := func(id uint64) bool {
+			for _, f := range rep.Followers {
+				if f.ID == id {
+					return f.Active && f.Match >= rep.Commit && up[id]
+				}
+			}
+			return false
+		}
+		item := BalancerItem{Stream: st.Name, Leader: l}
+		if st.PreferredDC != "" && servers[l].DC != st.PreferredDC {
+			since, seen := mem.Outside[st.Name]
+			if !seen {
+				since = now
+				mem.Outside[st.Name] = now
+			}
+			item.At = since.UnixMilli()
+			if now.Sub(since) < after || now.Sub(mem.Last[st.Name]) < after {
+				item.Reason = fmt.Sprintf("leader in dc %q, outside preferred dc %q: waiting %v before a transfer", servers[l].DC, st.PreferredDC, after)
+				pending = append(pending, item)
+				continue
+			}
+			to := pickLeader(st.Replicas, func(id uint64) bool { return servers[id].DC == st.PreferredDC && caughtUp(id) }, count)
+			if to == 0 {
+				item.Reason = fmt.Sprintf("no replica in preferred dc %q is up and caught up", st.PreferredDC)
+				refused = append(refused, item)
+				continue
+			}
+			plan = append(plan, Transfer{Stream: st, From: l, To: to, Reason: fmt.Sprintf("back to preferred dc %q", st.PreferredDC)})
+			count[l]--
+			count[to]++
+			continue
+		}
+		delete(mem.Outside, st.Name)
+		if now.Sub(mem.Last[st.Name]) < after {
+			continue
+		}
+		// Even leader counts within the leader's DC.
+		to := pickLeader(st.Replicas, func(id uint64) bool { return id != l && servers[id].DC == servers[l].DC && caughtUp(id) }, count)
+		if to != 0 && count[l]-count[to] >= 2 {
+			plan = append(plan, Transfer{Stream: st, From: l, To: to,
+				Reason: fmt.Sprintf("even leaders in dc %q: server %d leads %d, server %d %d", servers[l].DC, l, count[l], to, count[to])})
+			count[l]--
+			count[to]++
+		}
+	}
+	return plan, pending, refused
+}
+
+// pickLeader is the replica that may lead (ok) leading the fewest streams.
+func pickLeader(replicas []uint64, ok func(uint64) bool, count map[uint64]int) uint64 {
+	var best uint64
+	for _, id := range replicas {
+		if ok(id) && (best == 0 || count[id] < count[best]) {
+			best = id
+		}
+	}
+	return best
+}
+
+// transferLeader asks the stream's leader to hand leadership to t.to.
+func (s *Service) transferLeader(ctx context.Context, t transfer) error {
+	u := fmt.Sprintf("%s://%s/streams/%s/transfer-leader?to=%d", s.serverScheme(), t.fromServer.Admin, url.PathEscape(t.stream.Name), t.to)
+	return s.serverPost(ctx, u)
+}
+
+func (s *Service) serverScheme() string {
+	if s.pool != nil {
+		return "https"
+	}
+	return "http"
+}
+
+// serverPost posts to a server's admin API as the config servers.
+func (s *Service) serverPost(ctx context.Context, u string) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, u, nil)
+	if err != nil {
+		return err
+	}
+	return s.do(req)
+}
+
+// do sends a request to a server's admin API; an error status is an error.
+func (s *Service) do(req *http.Request) error {
+	resp, err := s.serverHTTP.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+	if resp.StatusCode >= 300 {
+		return fmt.Errorf("%s: %s", resp.Status, body)
+	}
+	return nil
+}
+
+// newServerHTTP is the config servers' client of the servers' admin API:
+// their certificate (servers let config servers change leadership and
+// membership), checking the server's; or the token on plain text.
+func (s *Service) newServerHTTP() *http.Client {
+	hc := &http.Client{Timeout: 10 * time.Second}
+	if s.pool != nil {
+		hc.Transport = &http.Transport{TLSClientConfig: &tls.Config{Certificates: []tls.Certificate{s.cert}, RootCAs: s.pool,
+			MinVersion: tls.VersionTLS12, VerifyConnection: func(cs tls.ConnectionState) error {
+				if len(cs.PeerCertificates) == 0 {
+					return errors.New("no certificate")
+				}
+				if _, ok := pki.NodeID(cs.PeerCertificates[0]); !ok {
+					return fmt.Errorf("%v is not a server's certificate", cs.PeerCertificates[0].DNSNames)
+				}
+				return nil
+			}}}
+	} else if s.token != "" {
+		hc.Transport = pki.Bearer{Token: s.token, Next: http.DefaultTransport}
+	}
+	return hc
+}

@@ -1,0 +1,334 @@
+package raftnode
+
+import (
+	"bytes"
+	"slices"
+
+	"go.etcd.io/raft/v3"
+	"go.etcd.io/raft/v3/raftpb"
+	"go.etcd.io/raft/v3/tracker"
+)
+
+// Quiescence: a group with nothing to replicate stops ticking, so it sends
+// no heartbeats and runs no election timer; an idle server then costs
+// nothing per group. CockroachDB and TiKV do the same for their ranges.
+//
+// The leader quiesces a group once every replica has its whole log
+// committed and applied, nothing is proposed, read, transferred or being
+// written, and every replica was heard from recently. It tells each
+// follower with a quiesce heartbeat (a MsgHeartbeat carrying quiesceCtx);
+// a follower quiesces only if it agrees (same term and leader, same last
+// index and commit, all applied), and otherwise steps it as an ordinary
+// heartbeat, whose answer wakes the leader.
+//
+// What the groups' heartbeats told (is my leader, are my followers alive)
+// is told for all quiesced groups at once by one liveness heartbeat per
+// server pair and heartbeat interval (a MsgHeartbeat in LivenessGroup).
+// When a peer has not been heard from (in any group) for an election
+// timeout, its quiesced groups wake: those it leads, and those this server
+// leads with it as a replica. A woken follower's election clock is first
+// moved on by the time its leader's server has been silent, so a dead
+// leader is replaced as fast as if the group had never slept.
+//
+// Any proposal, read fence, leadership transfer, campaign, delivery report
+// or peer message of a group wakes it. Reads stay linearizable: a fence is
+// a ReadIndex, which wakes the group and still needs a quorum's answer in
+// the leader's term; a quiesced leader that was cut off gets none, and
+// its liveness heartbeats stop arriving, so it wakes and CheckQuorum makes
+// it step down.
+//
+// All of it is decided here, from ticks and messages, in sorted order: the
+// drivers only carry the messages.
+
+// LivenessGroup is the group id of the per-server-pair liveness heartbeat.
+// No stream uses it (group ids start at 1).
+const LivenessGroup uint64 = 0
+
+// quiesceCtx marks the heartbeat that quiesces a follower. Its length
+// differs from a read index context's (8 bytes), so raft's own
+// heartbeats are never mistaken for it.
+var quiesceCtx = []byte("vdl/quiesce")
+
+// quiesceAfter is how many consecutive ticks a leader's group must be idle
+// before it quiesces: bursts of proposals do not make it flap.
+const quiesceAfter = 3
+
+// quietGroup is a quiesced group: whether this server leads it, its
+// leader, and its other replicas.
+type quietGroup struct {
+	leader bool
+	lead   uint64
+	peers  []uint64
+}
+
+// quiescence is the core's quiescence state.
+type quiescence struct {
+	ticks uint64
+	quiet map[uint64]*quietGroup // quiesced groups
+	idle  map[uint64]int         // led groups idle for that many ticks
+	// peers counts the quiesced groups each peer is a replica of: the
+	// servers that liveness heartbeats go to and are expected from.
+	peers   map[uint64]int
+	heard   map[uint64]uint64 // peer -> tick last heard from (peers only)
+	expired map[uint64]bool   // peers whose silence already woke their groups
+}
+
+func newQuiescence() quiescence {
+	return quiescence{quiet: map[uint64]*quietGroup{}, idle: map[uint64]int{}, peers: map[uint64]int{},
+		heard: map[uint64]uint64{}, expired: map[uint64]bool{}}
+}
+
+// Quiesced reports whether the group is quiesced (tests, status).
+func (c *Core) Quiesced(group uint64) bool { return c.q.quiet[group] != nil }
+
+// heardFrom records that a peer's server is alive. Only peers of quiesced
+// groups are tracked: what arrives from the network allocates nothing.
+func (c *Core) heardFrom(peer uint64) {
+	if _, ok := c.q.peers[peer]; ok {
+		c.q.heard[peer] = c.q.ticks
+		delete(c.q.expired, peer)
+	}
+}
+
+// stepLiveness handles a liveness heartbeat.
+func (c *Core) stepLiveness(m *raftpb.Message) {
+	if m.GetType() == raftpb.MsgHeartbeat && m.GetFrom() != c.cfg.ID {
+		c.heardFrom(m.GetFrom())
+	}
+}
+
+// tickQuiescence runs after every tick: liveness heartbeats, the groups
+// whose peers fell silent, and the led groups that may quiesce.
+func (c *Core) tickQuiescence() {
+	c.q.ticks++
+	peers := sortedGroups(c.q.peers)
+	if c.q.ticks%uint64(c.cfg.HeartbeatTick) == 0 {
+		for _, p := range peers {
+			c.emit(Send{Group: LivenessGroup, Msg: &raftpb.Message{Type: raftpb.MsgHeartbeat.Enum(), From: new(c.cfg.ID), To: new(p)}})
+		}
+	}
+	for _, p := range peers {
+		if c.q.expired[p] || c.q.ticks-c.q.heard[p] < uint64(c.cfg.ElectionTick) {
+			continue
+		}
+		c.q.expired[p] = true
+		c.wakePeer(p)
+	}
+	if c.cfg.NoQuiesce {
+		return
+	}
+	for _, id := range c.ids {
+		g := c.groups[id]
+		if g.role != raft.StateLeader || c.q.quiet[id] != nil {
+			continue
+		}
+		if !c.idleLeader(g) {
+			delete(c.q.idle, id)
+			continue
+		}
+		c.q.idle[id]++
+		if c.q.idle[id] >= quiesceAfter {
+			c.quiesceLeader(g)
+		}
+	}
+}
+
+// wakePeer wakes the quiesced groups that peer leads here, and those this
+// server leads with peer as a replica: what their heartbeats would have
+// noticed if peer's server is gone.
+func (c *Core) wakePeer(peer uint64) {
+	if _, ok := c.q.peers[peer]; !ok {
+		return
+	}
+	for _, id := range c.ids {
+		q := c.q.quiet[id]
+		if q != nil && ((q.leader && slices.Contains(q.peers, peer)) || (!q.leader && q.lead == peer)) {
+			c.wake(c.groups[id])
+		}
+	}
+}
+
+// idleLeader reports whether a led group has nothing left to do: every
+// replica holds, and this server has applied, the whole log, committed in
+// this term, with nothing proposed, read, written or transferred, and
+// every replica was heard from within an election timeout.
+func (c *Core) idleLeader(g *group) bool {
+	if len(g.queued) > 0 || len(g.pending) > 0 || len(g.reads) > 0 || g.appending > 0 || g.waiting != nil {
+		return false
+	}
+	bs := g.rn.BasicStatus()
+	if bs.LeadTransferee != 0 || bs.GetCommit() != g.applied {
+		return false
+	}
+	last, err := g.st.LastIndex()
+	if err != nil || last != bs.GetCommit() {
+		return false
+	}
+	if t, err := g.st.Term(last); err != nil || t != bs.GetTerm() {
+		return false
+	}
+	idle := true
+	g.rn.WithProgress(func(id uint64, _ raft.ProgressType, pr tracker.Progress) {
+		if id == c.cfg.ID {
+			return
+		}
+		heard, ok := g.heard[id]
+		if pr.Match != last || pr.State != tracker.StateReplicate || pr.IsPaused() ||
+			!ok || g.ticks-heard > uint64(c.cfg.ElectionTick)/2 {
+			idle = false
+		}
+	})
+	return idle
+}
+
+// quiesceLeader quiesces a led group and tells its followers.
+func (c *Core) quiesceLeader(g *group) {
+	bs := g.rn.BasicStatus()
+	var peers []uint64
+	g.rn.WithProgress(func(id uint64, _ raft.ProgressType, _ tracker.Progress) { // in id order
+		if id != c.cfg.ID {
+			peers = append(peers, id)
+		}
+	})
+	for _, p := range peers {
+		c.emit(Send{Group: g.id, Msg: &raftpb.Message{
+			Type: raftpb.MsgHeartbeat.Enum(), From: new(c.cfg.ID), To: new(p), Term: new(bs.GetTerm()),
+			Index: new(bs.GetCommit()), Commit: new(bs.GetCommit()), Context: quiesceCtx,
+		}})
+	}
+	c.quiesce(g, &quietGroup{leader: true, lead: c.cfg.ID, peers: peers}, func(p uint64) uint64 { return g.heard[p] })
+}
+
+// quiesce records a group as quiesced.
+func (c *Core) quiesce(g *group, q *quietGroup, heard func(peer uint64) uint64) {
+	delete(c.q.idle, g.id)
+	c.q.quiet[g.id] = q
+	for _, p := range q.peers {
+		c.q.peers[p]++
+		// The group's own record of p, in group ticks, is as recent as
+		// (ticks - (g.ticks - heard)) node ticks.
+		at := c.q.ticks - min(c.q.ticks, g.ticks-min(g.ticks, heard(p)))
+		if h, ok := c.q.heard[p]; !ok || at > h {
+			c.q.heard[p] = at
+			delete(c.q.expired, p)
+		}
+	}
+}
+
+// stepQuiesce handles a quiesce heartbeat: the follower quiesces if it
+// agrees, and otherwise steps it as a plain heartbeat (whose answer wakes
+// the leader).
+func (c *Core) stepQuiesce(g *group, m *raftpb.Message) {
+	if q := c.q.quiet[g.id]; q != nil && !q.leader && q.lead == m.GetFrom() && c.agrees(g, m) {
+		return // already quiesced with this leader
+	}
+	c.wake(g)
+	if !c.cfg.NoQuiesce && c.agrees(g, m) {
+		var peers []uint64
+		for _, id := range c.members(g.id) {
+			if id != c.cfg.ID {
+				peers = append(peers, id)
+			}
+		}
+		if slices.Contains(peers, m.GetFrom()) {
+			c.quiesce(g, &quietGroup{lead: m.GetFrom(), peers: peers}, func(p uint64) uint64 {
+				if p == m.GetFrom() {
+					return g.ticks
+				}
+				return g.heard[p]
+			})
+			return
+		}
+	}
+	hb := &raftpb.Message{Type: m.Type, From: m.From, To: m.To, Term: m.Term, Commit: m.Commit}
+	_ = g.rn.Step(hb)
+	c.drain(g)
+}
+
+// agrees reports whether a follower is where the leader's quiesce
+// heartbeat says the group is: same term and leader, the same whole log
+// committed, all of it applied, nothing being written.
+func (c *Core) agrees(g *group, m *raftpb.Message) bool {
+	if g.role != raft.StateFollower || g.lead != m.GetFrom() || g.appending > 0 || g.waiting != nil || len(g.reads) > 0 {
+		return false
+	}
+	bs := g.rn.BasicStatus()
+	last, err := g.st.LastIndex()
+	return err == nil && bs.GetTerm() == m.GetTerm() && bs.GetCommit() == m.GetCommit() && last == m.GetIndex() && g.applied == bs.GetCommit()
+}
+
+// isQuiesce reports whether m is a quiesce heartbeat.
+func isQuiesce(m *raftpb.Message) bool {
+	return m.GetType() == raftpb.MsgHeartbeat && bytes.Equal(m.GetContext(), quiesceCtx)
+}
+
+// wake makes a quiesced group tick again. A follower's election clock is
+// first moved on by the time its leader's server has been silent (at most
+// an election timeout): that is how long raft's own heartbeats would have
+// been missing.
+func (c *Core) wake(g *group) {
+	q := c.q.quiet[g.id]
+	if q == nil {
+		return
+	}
+	delete(c.q.quiet, g.id)
+	var silent uint64
+	if h, ok := c.q.heard[q.lead]; ok && !q.leader {
+		silent = min(c.q.ticks-h, uint64(c.cfg.ElectionTick))
+	}
+	for _, p := range q.peers {
+		if c.q.peers[p]--; c.q.peers[p] <= 0 {
+			delete(c.q.peers, p)
+			delete(c.q.heard, p)
+			delete(c.q.expired, p)
+		}
+	}
+	for range silent {
+		g.rn.Tick()
+	}
+	c.drain(g)
+}
+
+// forgetQuiet drops a removed group's quiescence state.
+func (c *Core) forgetQuiet(id uint64) {
+	if g := c.groups[id]; g != nil {
+		c.wake(g)
+	}
+	delete(c.q.idle, id)
+}
+
+// quietAlive reports whether a replica of a quiesced group is alive by its
+// server's liveness heartbeats (the group itself hears nothing while
+// quiet).
+func (c *Core) quietAlive(group, peer uint64) bool {
+	h, ok := c.q.heard[peer]
+	return c.q.quiet[group] != nil && ok && c.q.ticks-h < uint64(c.cfg.ElectionTick)
+}
+
+// Quiesced reports whether the group is quiesced on this server.
+func (n *Node) Quiesced(group uint64) bool { return n.err == nil && n.core.Quiesced(group) }
+
+// stepQuiet steps a message that changes nothing into a quiesced group
+// without waking it, and reports whether it did: the answers to the
+// leader's last heartbeats and appends, and a leader's heartbeat that was
+// overtaken by its quiesce heartbeat, arrive after the group quiesced, and
+// waking on them would keep every idle group awake. A leader that sees
+// its group no longer idle after all wakes.
+func (c *Core) stepQuiet(g *group, m *raftpb.Message) bool {
+	q := c.q.quiet[g.id]
+	if q == nil || m.GetTerm() != g.rn.BasicStatus().GetTerm() {
+		return false
+	}
+	switch t := m.GetType(); {
+	case q.leader && (t == raftpb.MsgHeartbeatResp || (t == raftpb.MsgAppResp && !m.GetReject())):
+	case !q.leader && t == raftpb.MsgHeartbeat && m.GetFrom() == q.lead && len(m.GetContext()) == 0:
+	default:
+		return false
+	}
+	_ = g.rn.Step(m)
+	c.drain(g)
+	if q.leader && !c.idleLeader(g) {
+		c.wake(g)
+	}
+	return true
+}

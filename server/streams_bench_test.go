@@ -1,0 +1,428 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/vdl-project/vdl/configserver"
+)
+
+// BenchmarkStreams measures what many mostly idle streams cost a replica
+// set (docs/operations.md, Sizing): three servers and three config servers
+// in this process on default settings, VDL_BENCH_STREAMS idle streams
+// (default 1,000) beside 10 hot ones. It reports disk and heap per idle
+// stream and server, idle CPU per server, the time to create them, a
+// Metadata request for every topic, a server's restart until every group
+// it hosts has a leader again, and the hot streams' produce and consume
+// throughput with the idle streams beside them as a ratio to the same
+// workload on the same cluster before they existed. Run with -benchtime 1x
+// (make bench-streams); VDL_BENCH_QUIESCE=0 keeps idle streams ticking
+// (raft quiesce = false, the "before quiescence" figures).
+func BenchmarkStreams(b *testing.B) {
+	n := 1000
+	if v, err := strconv.Atoi(os.Getenv("VDL_BENCH_STREAMS")); err == nil && v > 0 {
+		n = v
+	}
+	if os.Getenv("VDL_BENCH_QUIESCE") == "0" {
+		controlledQuiesce = new(false)
+		defer func() { controlledQuiesce = nil }()
+	}
+	for range b.N {
+		benchStreams(b, n)
+	}
+}
+
+// hotStreams is how many streams take the benchmark's load.
+const hotStreams = 10
+
+// benchCluster starts three config servers and three servers (in dcs,
+// if given) on their default settings, and a client of the config servers.
+func benchCluster(b *testing.B, dcs ...string) (*testCluster, *configserver.Client) {
+	controlledDownAfterMs, controlledTickMs, controlledBalanceAfterMs = 0, 0, 0 // the config servers' defaults
+	b.Cleanup(func() { controlledDownAfterMs, controlledTickMs, controlledBalanceAfterMs = 3000, 20, 1000 })
+	c, svcs := newControlledClusterWith(b, func(cfg *Config) { cfg.Raft.TickMillis, cfg.ReportIntervalMs = 0, 0 }, dcs...)
+	var apis []string
+	for _, s := range svcs {
+		apis = append(apis, s.APIAddr())
+	}
+	return c, configserver.NewClient(apis, true, c.adminClient(true, ""))
+}
+
+func benchStreams(b *testing.B, n int) {
+	c, cc := benchCluster(b)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
+	defer cancel()
+
+	var hot []string
+	for i := range hotStreams {
+		hot = append(hot, fmt.Sprintf("hot%02d", i))
+	}
+	require.Eventually(b, func() bool { // until the servers registered
+		_, err := cc.CreateStream(ctx, configserver.StreamSpec{Name: hot[0]})
+		return err == nil
+	}, 30*time.Second, 200*time.Millisecond)
+	createStreams(b, ctx, cc, hot[1:])
+	waitLed(b, c, hotStreams+1, time.Now())
+	hotLoad(b, ctx, c, hot, "warm-up", 3*time.Second) // segments grown, clients connected
+	before := hotLoad(b, ctx, c, hot, "before", 10*time.Second)
+
+	heap0, disk0 := heapInUse(), c.diskUsed(b)
+	var idle []string
+	for i := range n {
+		idle = append(idle, fmt.Sprintf("idle%05d", i))
+	}
+	start := time.Now()
+	createStreams(b, ctx, cc, idle)
+	created := time.Since(start)
+	waitLed(b, c, n+hotStreams+1, start)
+	led := time.Since(start)
+	time.Sleep(5 * time.Second) // elections settle, groups quiesce
+	cpu0, t0 := processCPU(b), time.Now()
+	time.Sleep(10 * time.Second)
+	idleCPU := (processCPU(b) - cpu0).Seconds() / time.Since(t0).Seconds() / 3
+	heapPer := float64(heapInUse()-heap0) / float64(3*n)
+	diskPer := float64(c.diskUsed(b)-disk0) / float64(3*n)
+
+	after := hotLoad(b, ctx, c, hot, "after", 10*time.Second)
+	meta := metadataTime(b, ctx, c, n+hotStreams)
+	restart := c.restartTime(b, 2)
+
+	b.ReportMetric(float64(n)/created.Seconds(), "creates/s")
+	b.ReportMetric(led.Seconds(), "s-until-all-led")
+	b.ReportMetric(idleCPU*100, "%core-idle-per-server")
+	b.ReportMetric(heapPer/1024, "KiB-heap-per-idle-stream")
+	b.ReportMetric(diskPer/1024, "KiB-disk-per-idle-stream")
+	b.ReportMetric(float64(meta.Milliseconds()), "ms-metadata-all")
+	b.ReportMetric(restart.Seconds(), "s-restart")
+	b.ReportMetric(after.produce/before.produce*100, "%hot-produce-vs-alone")
+	b.ReportMetric(after.consume/before.consume*100, "%hot-consume-vs-alone")
+	b.Logf("%d idle streams beside %d hot: created in %v (%.0f/s), all led after %v; per server and idle stream: "+
+		"%.1f KiB heap, %.1f KiB disk; idle CPU %.1f%% of a core per server; Metadata for all topics %v; "+
+		"a server restarted and led or followed in every group after %v; hot produce %.1f MB/s (alone %.1f MB/s, %.0f%%), "+
+		"consume %.1f MB/s (alone %.1f MB/s, %.0f%%)",
+		n, hotStreams, created.Round(time.Millisecond), float64(n)/created.Seconds(), led.Round(time.Millisecond),
+		heapPer/1024, diskPer/1024, idleCPU*100, meta.Round(time.Millisecond), restart.Round(time.Millisecond),
+		after.produce/1e6, before.produce/1e6, after.produce/before.produce*100,
+		after.consume/1e6, before.consume/1e6, after.consume/before.consume*100)
+}
+
+// createStreams creates names through the config servers, eight at a time
+// (a few operators' clients at once), and fails on any error. Like an
+// operator's script it retries while the config servers have no leader
+// (an election under load); a retry finding the stream created counts.
+func createStreams(b *testing.B, ctx context.Context, cc *configserver.Client, names []string, preferredDC ...string) {
+	work := make(chan string)
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var failed []error
+	create := func(name string) error {
+		for try := 0; ; try++ {
+			spec := configserver.StreamSpec{Name: name}
+			if len(preferredDC) > 0 {
+				spec.PreferredDC = preferredDC[0]
+			}
+			_, err := cc.CreateStream(ctx, spec)
+			switch {
+			case err == nil, try > 0 && errors.Is(err, configserver.ErrExists):
+				return nil
+			case errors.Is(err, configserver.ErrNotLeader) && try < 100:
+				time.Sleep(100 * time.Millisecond)
+			default:
+				return err
+			}
+		}
+	}
+	for range 8 {
+		wg.Go(func() {
+			for name := range work {
+				if err := create(name); err != nil {
+					mu.Lock()
+					failed = append(failed, fmt.Errorf("%s: %w", name, err))
+					mu.Unlock()
+				}
+			}
+		})
+	}
+	start := time.Now()
+	for i, name := range names {
+		work <- name
+		if (i+1)%1000 == 0 {
+			fmt.Fprintf(os.Stderr, "bench: %d created after %v\n", i+1, time.Since(start).Round(time.Millisecond))
+		}
+	}
+	close(work)
+	wg.Wait()
+	require.Empty(b, failed[:min(len(failed), 5)], "creates that failed (%d, the first five shown)", len(failed))
+}
+
+// waitLed waits until the servers lead want groups between them.
+func waitLed(b *testing.B, c *testCluster, want int, since time.Time) {
+	require.Eventually(b, func() bool {
+		count := 0
+		for _, s := range c.servers {
+			for _, g := range s.Host().Groups() {
+				if l, ok := s.Host().Leader(g); ok && l == s.cfg.NodeID {
+					count++
+				}
+			}
+		}
+		fmt.Fprintf(os.Stderr, "bench: %d of %d groups led after %v\n", count, want, time.Since(since).Round(time.Millisecond))
+		return count >= want
+	}, 15*time.Minute, time.Second)
+}
+
+// throughput is a hot-stream load's produce and consume rates, in bytes
+// of record values per second.
+type throughput struct{ produce, consume float64 }
+
+// hotLoad produces 1 KiB records to the hot streams for d with a
+// franz-go client on its default options, then consumes what it produced
+// from the start with another.
+func hotLoad(b *testing.B, ctx context.Context, c *testCluster, hot []string, label string, d time.Duration) throughput {
+	const size = 1024
+	cl, err := kgo.NewClient(kgo.SeedBrokers(c.kafkaAddrs()...))
+	require.NoError(b, err)
+	defer cl.Close()
+	// Values that do not compress (franz-go compresses batches by
+	// default): slices of a random buffer at random offsets.
+	random := make([]byte, 16<<20)
+	rng := rand.New(rand.NewPCG(1, 2))
+	for i := range random {
+		random[i] = byte(rng.Uint32())
+	}
+	var acked, failed atomic.Int64
+	var firstErr atomic.Value
+	starts := hotEnds(b, ctx, c, hot)
+	stop := time.Now().Add(d)
+	start := time.Now()
+	for i := 0; time.Now().Before(stop); i++ {
+		off := rng.IntN(len(random) - size)
+		cl.Produce(ctx, &kgo.Record{Topic: hot[i%len(hot)], Value: random[off : off+size]}, func(_ *kgo.Record, err error) {
+			if err != nil {
+				failed.Add(1)
+				firstErr.CompareAndSwap(nil, err)
+				return
+			}
+			acked.Add(1)
+		})
+	}
+	require.NoError(b, cl.Flush(ctx))
+	produced := time.Since(start)
+	require.Zero(b, failed.Load(), "failed produces (first: %v)", firstErr.Load())
+
+	// What this load wrote, from where it started in each stream.
+	from := map[string]map[int32]kgo.Offset{}
+	var total int64
+	ends := hotEnds(b, ctx, c, hot)
+	for _, t := range hot {
+		from[t] = map[int32]kgo.Offset{0: kgo.NewOffset().At(starts[t])}
+		total += ends[t] - starts[t]
+	}
+	cons, err := kgo.NewClient(kgo.SeedBrokers(c.kafkaAddrs()...), kgo.ConsumePartitions(from))
+	require.NoError(b, err)
+	defer cons.Close()
+	var read int64
+	start = time.Now()
+	for read < total {
+		fs := cons.PollFetches(ctx)
+		require.NoError(b, ctx.Err())
+		fs.EachError(func(t string, p int32, err error) { b.Fatalf("consume %s: %v", t, err) })
+		read += int64(fs.NumRecords())
+	}
+	consumed := time.Since(start)
+	out := throughput{produce: float64(acked.Load()*size) / produced.Seconds(), consume: float64(read*size) / consumed.Seconds()}
+	b.Logf("hot streams %s: produced %d records (%.1f MB/s), consumed %d (%.1f MB/s)", label, acked.Load(), out.produce/1e6, read, out.consume/1e6)
+	return out
+}
+
+// hotEnds are the hot streams' end offsets.
+func hotEnds(b *testing.B, ctx context.Context, c *testCluster, hot []string) map[string]int64 {
+	cl, err := kgo.NewClient(kgo.SeedBrokers(c.kafkaAddrs()...))
+	require.NoError(b, err)
+	defer cl.Close()
+	req := kmsg.NewPtrListOffsetsRequest()
+	for _, t := range hot {
+		rt := kmsg.NewListOffsetsRequestTopic()
+		rt.Topic = t
+		rp := kmsg.NewListOffsetsRequestTopicPartition()
+		rp.Timestamp = -1 // latest
+		rt.Partitions = append(rt.Partitions, rp)
+		req.Topics = append(req.Topics, rt)
+	}
+	shards := cl.RequestSharded(ctx, req)
+	ends := map[string]int64{}
+	for _, sh := range shards {
+		require.NoError(b, sh.Err)
+		for _, t := range sh.Resp.(*kmsg.ListOffsetsResponse).Topics {
+			for _, p := range t.Partitions {
+				require.Zero(b, p.ErrorCode, "%s", t.Topic)
+				ends[t.Topic] = p.Offset
+			}
+		}
+	}
+	return ends
+}
+
+// metadataTime is the median of five Metadata requests for every topic,
+// each checked to name want topics.
+func metadataTime(b *testing.B, ctx context.Context, c *testCluster, want int) time.Duration {
+	cl, err := kgo.NewClient(kgo.SeedBrokers(c.kafkaAddrs()[0]))
+	require.NoError(b, err)
+	defer cl.Close()
+	var took []time.Duration
+	for range 5 {
+		start := time.Now()
+		resp, err := kmsg.NewPtrMetadataRequest().RequestWith(ctx, cl)
+		took = append(took, time.Since(start))
+		require.NoError(b, err)
+		require.GreaterOrEqual(b, len(resp.Topics), want)
+	}
+	slices.Sort(took)
+	return took[len(took)/2]
+}
+
+// restartTime stops server i, starts it again, and reports how long until
+// it knows a leader in every group it hosts.
+func (c *testCluster) restartTime(b *testing.B, i int) time.Duration {
+	groups := len(c.servers[i].Host().Groups())
+	c.stop(i)
+	start := time.Now()
+	c.start(i)
+	require.Eventually(b, func() bool {
+		h := c.servers[i].Host()
+		gs := h.Groups()
+		known := 0
+		for _, g := range gs {
+			if _, ok := h.Leader(g); ok {
+				known++
+			}
+		}
+		return len(gs) >= groups && known == len(gs)
+	}, 10*time.Minute, 100*time.Millisecond)
+	return time.Since(start)
+}
+
+// diskUsed is the disk the servers' data dirs take (allocated blocks).
+func (c *testCluster) diskUsed(b *testing.B) int64 {
+	var total int64
+	for _, cfg := range c.cfgs {
+		err := filepath.WalkDir(cfg.DataDir, func(_ string, d fs.DirEntry, err error) error {
+			if err != nil || d.IsDir() {
+				return err
+			}
+			info, err := d.Info()
+			if err != nil {
+				return nil // removed meanwhile
+			}
+			if st, ok := info.Sys().(*syscall.Stat_t); ok {
+				total += st.Blocks * 512
+			}
+			return nil
+		})
+		require.NoError(b, err)
+	}
+	return total
+}
+
+// heapInUse is the heap in use after a collection.
+func heapInUse() int64 {
+	runtime.GC()
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	return int64(ms.HeapInuse)
+}
+
+// controlledQuiesce is the raft quiesce setting of newControlledCluster's
+// servers (nil: the default).
+var controlledQuiesce *bool
+
+// processCPU is the process's user+system CPU time (/proc/self/stat).
+func processCPU(b *testing.B) time.Duration {
+	raw, err := os.ReadFile("/proc/self/stat")
+	require.NoError(b, err)
+	f := strings.Fields(string(raw[strings.LastIndexByte(string(raw), ')')+2:]))
+	ut, _ := strconv.ParseInt(f[11], 10, 64)
+	st, _ := strconv.ParseInt(f[12], 10, 64)
+	return time.Duration(ut+st) * time.Second / 100 // USER_HZ
+}
+
+// BenchmarkDCHeal measures how long after a DC comes back every stream's
+// leader is in it again: VDL_BENCH_STREAMS streams (1,000) preferring dc1
+// on a replica set of one server per DC, all on default settings; dc1's
+// server stops until every leader moved to the other DCs, then starts
+// again. It reports the seconds from the restart until every leader is
+// back in dc1 (the balancer's work, at max_transfers_per_sec).
+func BenchmarkDCHeal(b *testing.B) {
+	n := 1000
+	if v, err := strconv.Atoi(os.Getenv("VDL_BENCH_STREAMS")); err == nil && v > 0 {
+		n = v
+	}
+	for range b.N {
+		benchDCHeal(b, n)
+	}
+}
+
+func benchDCHeal(b *testing.B, n int) {
+	c, cc := benchCluster(b, "dc1", "dc2", "dc3")
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
+	defer cancel()
+	var names []string
+	for i := range n {
+		names = append(names, fmt.Sprintf("p%05d", i))
+	}
+	require.Eventually(b, func() bool { // until the servers registered
+		_, err := cc.CreateStream(ctx, configserver.StreamSpec{Name: names[0], PreferredDC: "dc1"})
+		return err == nil
+	}, 30*time.Second, 200*time.Millisecond)
+	createStreams(b, ctx, cc, names[1:], "dc1")
+	// ledBy counts the streams led by the servers pred accepts, as their
+	// own Raft states say.
+	ledBy := func(pred func(id uint64) bool) int {
+		count := 0
+		for _, s := range c.servers {
+			if s == nil || !pred(s.cfg.NodeID) {
+				continue
+			}
+			for _, gs := range s.Host().Statuses() {
+				if gs.Role == "StateLeader" && gs.Group != configserver.OffsetsGroup {
+					count++
+				}
+			}
+		}
+		return count
+	}
+	wait := func(what string, pred func(id uint64) bool, timeout time.Duration) time.Duration {
+		start := time.Now()
+		require.Eventually(b, func() bool {
+			got := ledBy(pred)
+			fmt.Fprintf(os.Stderr, "bench: %s: %d of %d after %v\n", what, got, n, time.Since(start).Round(time.Second))
+			return got >= n
+		}, timeout, time.Second)
+		return time.Since(start)
+	}
+	wait("led in dc1", func(id uint64) bool { return id == 1 }, 10*time.Minute)
+	c.stop(0) // dc1 is down
+	wait("led outside dc1", func(id uint64) bool { return id != 1 }, 5*time.Minute)
+	c.start(0)
+	back := wait("back in dc1", func(id uint64) bool { return id == 1 }, 10*time.Minute)
+	b.ReportMetric(back.Seconds(), "s-leaders-back")
+	b.Logf("%d streams preferring dc1: every leader back in dc1 %v after its server restarted", n, back.Round(100*time.Millisecond))
+}
