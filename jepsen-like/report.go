@@ -68,6 +68,18 @@ func unsupported(r Result) int {
 // not), or INCOMPLETE (steps the runner cannot do yet were skipped).
 func Verdict(r Result) string { return verdict(r) }
 
+// Why names what failed a run: its first failing step (line, command,
+// error), "" if none did. Printed beside the verdict so that a failure
+// is explained where it is seen, also when the report directory is gone.
+func Why(r Result) string {
+	for _, s := range r.Steps {
+		if s.Err != nil && !errors.Is(s.Err, errUnsupported) {
+			return fmt.Sprintf("line %d %q: %v", s.Command.Line, s.Command.String(), s.Err)
+		}
+	}
+	return ""
+}
+
 // Summary is one line per result.
 func Summary(results []Result) string {
 	var sb strings.Builder

@@ -5,6 +5,7 @@ import (
 	"compress/gzip"
 	"context"
 	"encoding/json"
+	"errors"
 	"io"
 	"os"
 	"os/exec"
@@ -185,4 +186,14 @@ check
 		require.NoError(t, err)
 		require.Contains(t, string(index), filepath.Base(dir))
 	})
+}
+
+// A failed run says which step failed and why; a passing one says nothing.
+func TestWhyNamesTheFirstFailingStep(t *testing.T) {
+	ok := Step{Command: Command{Line: 1, Name: "start"}}
+	bad := Step{Command: Command{Line: 4, Name: "produce", Args: []string{"s"}}, Err: errors.New("server 2 exited")}
+	later := Step{Command: Command{Line: 5, Name: "check"}, Err: errors.New("later")}
+	require.Equal(t, "", Why(Result{Steps: []Step{ok}}))
+	require.Equal(t, `line 4 "produce s": server 2 exited`, Why(Result{Steps: []Step{ok, bad, later}}))
+	require.Equal(t, "", Why(Result{Steps: []Step{{Command: Command{Line: 2, Name: "partition"}, Err: errUnsupported}}}))
 }

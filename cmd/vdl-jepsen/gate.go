@@ -57,6 +57,9 @@ func gate(args []string, stdout, stderr io.Writer) int {
 		}
 		results = append(results, res)
 		fmt.Fprintf(stderr, "%s: %s\n", res.Script, campaign.Verdict(res))
+		if why := campaign.Why(res); why != "" {
+			fmt.Fprintf(stderr, "  %s\n", why)
+		}
 		if res.Dir != "" {
 			fmt.Fprintf(stderr, "report: %s\n", filepath.Join(res.Dir, "report.html"))
 		}
