@@ -21,7 +21,9 @@ import (
 // host namespace, where the clients run (the host routes the run's /16 to
 // the router). Latency, jitter and loss between DCs follow the campaign's
 // matrix: tc netem on each server's interface (a class per other DC, the
-// DC's subnet as filter) for delay and jitter, nft for loss. Partitions are
+// DC's subnet as filter) for delay and jitter, nft for loss — or, where the
+// kernel has no netem, the userspace WAN (wan.go: a TUN device in the
+// router namespace that every packet between DCs goes through). Partitions are
 // nft rules inside the servers' namespaces. Everything is named with the
 // prefix vdlj-<pid>-<seq>- (namespaces) or vj<pid>-<seq> (the one
 // interface in the host namespace), so that Sweep finds what a run that
@@ -47,6 +49,9 @@ type NetSpec struct {
 	LatencyMillis [][]float64
 	JitterMillis  float64
 	LossPercent   [][]float64
+	// Shaper applies the matrices: ShaperAuto (netem when the kernel has
+	// it, else the userspace WAN), ShaperNetem or ShaperUserspace.
+	Shaper string
 }
 
 // Topology is a cluster's network namespaces.
@@ -58,6 +63,8 @@ type Topology struct {
 	hostIf string
 	nodes  map[uint64]*netNode
 	ids    []uint64
+	shaper string // what applies the matrices (ShaperNetem, ShaperUserspace), "" none
+	wan    *WAN   // the userspace WAN, if it does
 
 	mu     sync.Mutex
 	closed bool
@@ -211,13 +218,44 @@ func (t *Topology) create() error {
 			return err
 		}
 	}
+	if err := t.chooseShaper(); err != nil {
+		return err
+	}
 	for _, id := range t.ids {
 		if err := t.nftBase(id); err != nil {
 			return err
 		}
+		if t.shaper != ShaperNetem {
+			continue
+		}
 		if err := t.shape(id); err != nil {
 			return err
 		}
+	}
+	if t.shaper == ShaperUserspace {
+		return t.startWAN()
+	}
+	return nil
+}
+
+// chooseShaper decides what applies the matrices: nothing without them,
+// nft alone for a loss matrix without latency (netem: ShaperNetem), tc
+// netem where the kernel has it, the userspace WAN otherwise.
+func (t *Topology) chooseShaper() error {
+	switch {
+	case t.spec.LatencyMillis == nil && t.spec.LossPercent == nil:
+		t.shaper = ""
+	case t.spec.Shaper == ShaperUserspace:
+		t.shaper = ShaperUserspace
+	case t.spec.Shaper == ShaperNetem || t.spec.LatencyMillis == nil:
+		t.shaper = ShaperNetem
+	case t.spec.Shaper == ShaperAuto:
+		t.shaper = ShaperUserspace
+		if NetemAvailable() {
+			t.shaper = ShaperNetem
+		}
+	default:
+		return fmt.Errorf("shaper %q: want netem, userspace or none", t.spec.Shaper)
 	}
 	return nil
 }
@@ -251,7 +289,7 @@ func (t *Topology) nftBase(id uint64) error {
 	sb.WriteString("  chain cut_in { type filter hook input priority 0; policy accept; }\n")
 	sb.WriteString("  chain cut_out { type filter hook output priority 0; policy accept; }\n")
 	sb.WriteString("  chain loss_out { type filter hook output priority 1; policy accept;\n")
-	if t.spec.LossPercent != nil {
+	if t.spec.LossPercent != nil && t.shaper == ShaperNetem {
 		for dc := 1; dc <= t.spec.DCs; dc++ {
 			if p := t.spec.LossPercent[n.dc-1][dc-1]; p > 0 && dc != n.dc {
 				fmt.Fprintf(&sb, "    ip daddr 10.%d.%d.0/24 numgen random mod 10000 < %d drop\n", t.octet, dc, int(p*100))
@@ -323,6 +361,10 @@ func (t *Topology) shape(id uint64) error {
 
 func fmtMillis(ms float64) string { return strconv.FormatFloat(ms, 'f', -1, 64) + "ms" }
 
+// Shaper is what applies the matrices: ShaperNetem, ShaperUserspace, or
+// "" (none).
+func (t *Topology) Shaper() string { return t.shaper }
+
 // Host is a node's address (its servers listen there).
 func (t *Topology) Host(id uint64) string { return t.nodes[id].ip }
 
@@ -360,6 +402,12 @@ func (t *Topology) Describe() string {
 	}
 	if t.spec.LossPercent != nil {
 		s += fmt.Sprintf(", loss %v %%", t.spec.LossPercent)
+	}
+	switch t.shaper {
+	case ShaperNetem:
+		s += " (tc netem, nft loss)"
+	case ShaperUserspace:
+		s += " (userspace WAN: a TUN device in the router namespace)"
 	}
 	return s
 }
@@ -412,6 +460,10 @@ func (t *Topology) Close() error {
 	}
 	t.closed = true
 	var errs []error
+	if t.wan != nil {
+		errs = append(errs, t.wan.Close())
+		t.wan = nil
+	}
 	for _, id := range t.ids {
 		errs = append(errs, removeNamespace(t.nodes[id].ns))
 	}
@@ -443,121 +495,4 @@ func removeNamespace(ns string) error {
 		time.Sleep(100 * time.Millisecond)
 	}
 	return run("ip", "netns", "del", ns)
-}
-
-// Sweep removes what campaigns left behind: the namespaces named
-// vdlj-<pid>-… (killing what runs in them) and host interfaces vj<pid>-…
-// whose process <pid> is gone — or every one when all is set (no campaign
-// runs) — and unmounts the size-limited data dirs under their paths. It
-// returns what it removed.
-func Sweep(all bool) ([]string, error) {
-	var removed []string
-	var errs []error
-	stale := func(pidStr string) bool {
-		if all {
-			return true
-		}
-		pid, err := strconv.Atoi(pidStr)
-		if err != nil {
-			return false
-		}
-		if pid == os.Getpid() {
-			return false
-		}
-		return syscall.Kill(pid, 0) == syscall.ESRCH
-	}
-	entries, _ := os.ReadDir("/run/netns")
-	for _, e := range entries {
-		rest, ok := strings.CutPrefix(e.Name(), NetPrefix)
-		if !ok {
-			continue
-		}
-		pid, _, _ := strings.Cut(rest, "-")
-		if stale(pid) {
-			if err := removeNamespace(e.Name()); err != nil {
-				errs = append(errs, err)
-			} else {
-				removed = append(removed, "netns "+e.Name())
-			}
-		}
-	}
-	out, _ := exec.Command("ip", "-o", "link", "show").Output()
-	for _, line := range strings.Split(string(out), "\n") {
-		f := strings.Fields(line)
-		if len(f) < 2 {
-			continue
-		}
-		name, _, _ := strings.Cut(strings.TrimSuffix(f[1], ":"), "@")
-		rest, ok := strings.CutPrefix(name, hostIfPrefix)
-		if !ok || !strings.Contains(rest, "-") {
-			continue
-		}
-		pid, _, _ := strings.Cut(rest, "-")
-		if _, err := strconv.Atoi(pid); err == nil && stale(pid) {
-			if err := run("ip", "link", "del", name); err != nil {
-				errs = append(errs, err)
-			} else {
-				removed = append(removed, "link "+name)
-			}
-		}
-	}
-	for _, m := range campaignMounts() {
-		if stale(m.pid) {
-			if err := syscall.Unmount(m.path, syscall.MNT_DETACH); err != nil {
-				errs = append(errs, fmt.Errorf("umount %s: %w", m.path, err))
-			} else {
-				removed = append(removed, "mount "+m.path)
-			}
-		}
-	}
-	return removed, errors.Join(errs...)
-}
-
-type campaignMount struct{ path, pid string }
-
-// campaignMounts lists the mounts of size-limited data dirs (DiskDir):
-// mount points with a path element vdlj-<pid>-….
-func campaignMounts() []campaignMount {
-	data, err := os.ReadFile("/proc/self/mounts")
-	if err != nil {
-		return nil
-	}
-	var out []campaignMount
-	for _, line := range strings.Split(string(data), "\n") {
-		f := strings.Fields(line)
-		if len(f) < 2 {
-			continue
-		}
-		for _, el := range strings.Split(f[1], "/") {
-			if rest, ok := strings.CutPrefix(el, NetPrefix); ok {
-				pid, _, _ := strings.Cut(rest, "-")
-				out = append(out, campaignMount{f[1], pid})
-				break
-			}
-		}
-	}
-	return out
-}
-
-// Leftovers lists what of this process's (pid) campaigns still exists:
-// namespaces, host interfaces, mounts.
-func Leftovers(pid int) []string {
-	var out []string
-	p := fmt.Sprintf("%s%d-", NetPrefix, pid)
-	entries, _ := os.ReadDir("/run/netns")
-	for _, e := range entries {
-		if strings.HasPrefix(e.Name(), p) {
-			out = append(out, "netns "+e.Name())
-		}
-	}
-	links, _ := exec.Command("ip", "-o", "link", "show").Output()
-	if strings.Contains(string(links), fmt.Sprintf(" %s%d-", hostIfPrefix, pid)) {
-		out = append(out, "a host interface "+fmt.Sprintf("%s%d-…", hostIfPrefix, pid))
-	}
-	for _, m := range campaignMounts() {
-		if m.pid == strconv.Itoa(pid) {
-			out = append(out, "mount "+m.path)
-		}
-	}
-	return out
 }

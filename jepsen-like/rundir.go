@@ -40,7 +40,10 @@ type RunSummary struct {
 	DurationSeconds float64 `json:"duration_s"`
 	Binary          string  `json:"binary"`
 	Net             string  `json:"net"`
-	Replay          string  `json:"replay"`
+	// Shaper is what applied the latency matrix between DCs: "netem" (tc
+	// netem), "userspace" (the userspace WAN, a TUN device), or empty.
+	Shaper string `json:"shaper,omitempty"`
+	Replay string `json:"replay"`
 	// Outcomes counts operations by operation and client ("produce
 	// franz-go") and outcome (ok, fail, info: unknown).
 	Outcomes map[string]map[checker.Outcome]int `json:"outcomes"`
@@ -88,6 +91,7 @@ func (r *runner) writeRunDir(dir string, res *Result) error {
 	}
 	if r.net != nil {
 		s.Net = "netns " + r.net.Describe()
+		s.Shaper = r.net.Shaper()
 	}
 	var lat []float64
 	var acked, read int
