@@ -13,6 +13,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/vdl-project/vdl/internal/proccluster"
 )
 
 // Network namespaces (root only): each server in its own namespace, a veth
@@ -49,6 +51,10 @@ type NetSpec struct {
 	LatencyMillis [][]float64
 	JitterMillis  float64
 	LossPercent   [][]float64
+	// ConfigServers get a namespace each too (config server k, node id
+	// proccluster.ConfigServerID(k), in DC ((k-1) mod DCs) + 1, at
+	// 10.S.<dc>.<200+k>).
+	ConfigServers int
 	// Shaper applies the matrices: ShaperAuto (netem when the kernel has
 	// it, else the userspace WAN), ShaperNetem or ShaperUserspace.
 	Shaper string
@@ -62,9 +68,10 @@ type Topology struct {
 	router string
 	hostIf string
 	nodes  map[uint64]*netNode
-	ids    []uint64
-	shaper string // what applies the matrices (ShaperNetem, ShaperUserspace), "" none
-	wan    *WAN   // the userspace WAN, if it does
+	ids    []uint64 // the servers'
+	csIDs  []uint64 // the config servers'
+	shaper string   // what applies the matrices (ShaperNetem, ShaperUserspace), "" none
+	wan    *WAN     // the userspace WAN, if it does
 
 	mu     sync.Mutex
 	closed bool
@@ -124,12 +131,17 @@ func NewTopology(nodes int, spec NetSpec) (*Topology, error) {
 			return nil, err
 		}
 		t.octet, t.closed = octet, false
-		t.ids, t.nodes = nil, map[uint64]*netNode{}
+		t.ids, t.csIDs, t.nodes = nil, nil, map[uint64]*netNode{}
 		for i := range nodes {
 			id := uint64(i + 1)
 			dc := i%spec.DCs + 1
 			t.ids = append(t.ids, id)
 			t.nodes[id] = &netNode{ns: fmt.Sprintf("%s-n%d", t.ID, id), ip: fmt.Sprintf("10.%d.%d.%d", octet, dc, 10+id), dc: dc}
+		}
+		for k := 1; k <= spec.ConfigServers; k++ {
+			id, dc := proccluster.ConfigServerID(k), (k-1)%spec.DCs+1
+			t.csIDs = append(t.csIDs, id)
+			t.nodes[id] = &netNode{ns: fmt.Sprintf("%s-c%d", t.ID, k), ip: fmt.Sprintf("10.%d.%d.%d", octet, dc, 200+k), dc: dc}
 		}
 		if err = t.create(); err == nil {
 			return t, nil
@@ -201,7 +213,7 @@ func (t *Topology) create() error {
 			[]string{"ip", "-n", r, "addr", "add", t.subnetIP(dc, 1) + "/24", "dev", br},
 			[]string{"ip", "-n", r, "link", "set", br, "up"})
 	}
-	for _, id := range t.ids {
+	for _, id := range t.all() {
 		n := t.nodes[id]
 		peer := fmt.Sprintf("n%d", id)
 		cmds = append(cmds,
@@ -221,7 +233,7 @@ func (t *Topology) create() error {
 	if err := t.chooseShaper(); err != nil {
 		return err
 	}
-	for _, id := range t.ids {
+	for _, id := range t.all() {
 		if err := t.nftBase(id); err != nil {
 			return err
 		}
@@ -361,6 +373,19 @@ func (t *Topology) shape(id uint64) error {
 
 func fmtMillis(ms float64) string { return strconv.FormatFloat(ms, 'f', -1, 64) + "ms" }
 
+// all are the servers' and config servers' ids.
+func (t *Topology) all() []uint64 { return append(slices.Clone(t.ids), t.csIDs...) }
+
+// ConfigServerHosts are the config servers' addresses, config server k's
+// at k-1.
+func (t *Topology) ConfigServerHosts() []string {
+	out := make([]string, len(t.csIDs))
+	for i, id := range t.csIDs {
+		out[i] = t.nodes[id].ip
+	}
+	return out
+}
+
 // Shaper is what applies the matrices: ShaperNetem, ShaperUserspace, or
 // "" (none).
 func (t *Topology) Shaper() string { return t.shaper }
@@ -394,6 +419,9 @@ func (t *Topology) DCOf(id uint64) int {
 // Describe names the topology for the report.
 func (t *Topology) Describe() string {
 	s := fmt.Sprintf("%s: %d servers in %d DCs, 10.%d.0.0/16", t.ID, len(t.ids), t.spec.DCs, t.octet)
+	if len(t.csIDs) > 0 {
+		s = fmt.Sprintf("%s: %d servers and %d config servers in %d DCs, 10.%d.0.0/16", t.ID, len(t.ids), len(t.csIDs), t.spec.DCs, t.octet)
+	}
 	if t.spec.LatencyMillis != nil {
 		s += fmt.Sprintf(", one-way latency %v ms", t.spec.LatencyMillis)
 		if t.spec.JitterMillis > 0 {
@@ -426,7 +454,7 @@ func (t *Topology) Cut(pairs [][2]uint64) error {
 		out[p[0]] = append(out[p[0]], to.ip)
 		in[p[1]] = append(in[p[1]], from.ip)
 	}
-	for _, id := range t.ids {
+	for _, id := range t.all() {
 		var sb strings.Builder
 		sb.WriteString("flush chain inet vdlj cut_in\nflush chain inet vdlj cut_out\n")
 		if ips := dedup(in[id]); len(ips) > 0 {
@@ -464,7 +492,7 @@ func (t *Topology) Close() error {
 		errs = append(errs, t.wan.Close())
 		t.wan = nil
 	}
-	for _, id := range t.ids {
+	for _, id := range t.all() {
 		errs = append(errs, removeNamespace(t.nodes[id].ns))
 	}
 	errs = append(errs, removeNamespace(t.router))
