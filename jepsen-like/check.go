@@ -49,6 +49,13 @@ func (r *runner) check(cmd Command) (string, error) {
 		sb.WriteString(out)
 		errs = append(errs, err)
 	}
+	if len(r.c.ConfigServers) > 0 {
+		out, err := r.preferredDCs()
+		if out != "" {
+			sb.WriteString(out + "\n")
+		}
+		errs = append(errs, err)
+	}
 	if cmd.Keys["converge"] == "1" && len(ends) > 0 {
 		out, err := r.converge(ends)
 		sb.WriteString(out + "\n")

@@ -58,6 +58,14 @@ type ClusterDef struct {
 	JitterMs    float64     `json:"jitter_ms,omitempty"`
 	LossPercent [][]float64 `json:"loss_percent,omitempty"`
 	DiskMiB     int         `json:"disk_mib,omitempty"`
+	// ConfigServers runs the control plane (3): config server processes,
+	// the servers registering with them, the streams created through
+	// them; PreferredDCs are the streams' preferred DCs (dc1, dc2, ...:
+	// stream i's at i), BalanceAfterMs the config servers'
+	// balance_after_ms (0: theirs, 10 s).
+	ConfigServers  int      `json:"config_servers,omitempty"`
+	PreferredDCs   []string `json:"preferred_dcs,omitempty"`
+	BalanceAfterMs int      `json:"balance_after_ms,omitempty"`
 }
 
 // WorkloadDef is the clients.
@@ -66,6 +74,9 @@ type WorkloadDef struct {
 	Consumers     int `json:"consumers,omitempty"`
 	KcatProducers int `json:"kcat_producers,omitempty"`
 	KcatConsumers int `json:"kcat_consumers,omitempty"`
+	// AllStreams spreads the clients over the streams (the i-th producer
+	// on stream i, and so on) instead of all on the first.
+	AllStreams bool `json:"all_streams,omitempty"`
 }
 
 // NemesisDef is the fault mix.
@@ -116,12 +127,27 @@ func (d Definition) Script() ([]Command, error) {
 	if c.DiskMiB > 0 {
 		start["disk"] = strconv.Itoa(c.DiskMiB)
 	}
+	if c.ConfigServers > 0 {
+		start["config-servers"] = strconv.Itoa(c.ConfigServers)
+	}
+	if len(c.PreferredDCs) > 0 {
+		if c.ConfigServers == 0 {
+			return nil, fmt.Errorf("cluster.preferred_dcs needs cluster.config_servers")
+		}
+		start["preferred"] = strings.Join(c.PreferredDCs, ",")
+	}
+	if c.BalanceAfterMs > 0 {
+		start["balance-after"] = strconv.Itoa(c.BalanceAfterMs)
+	}
 	cmds := []Command{{Line: 1, Name: "start-cluster", Keys: start}}
 	if n := d.Nemesis; n != nil && len(n.Faults) > 0 {
 		for _, f := range n.Faults {
 			if !slices.Contains(nemesisFaults, f) {
 				return nil, fmt.Errorf("nemesis.faults: %q: want some of %s", f, strings.Join(nemesisFaults, ", "))
 			}
+		}
+		if (slices.Contains(n.Faults, "cs-kill") || slices.Contains(n.Faults, "cs-partition")) && c.ConfigServers == 0 {
+			return nil, fmt.Errorf("nemesis.faults: cs-kill and cs-partition need cluster.config_servers")
 		}
 		if slices.Contains(n.Faults, "disk-full") && c.DiskMiB == 0 {
 			return nil, fmt.Errorf("nemesis.faults: disk-full needs cluster.disk_mib")
@@ -141,6 +167,9 @@ func (d Definition) Script() ([]Command, error) {
 		if v > 0 {
 			work[k] = strconv.Itoa(v)
 		}
+	}
+	if w.AllStreams {
+		work["all-streams"] = "1"
 	}
 	cmds = append(cmds, Command{Line: 3, Name: "workload", Keys: work})
 	for _, ch := range d.Checks {

@@ -44,10 +44,17 @@ checks: [acknowledged, linearizable, replicas-converge]
 		"cluster: {servers: 3}\nworkload: {producers: 1}\nnemesis: {faults: [disk-full], interval: 1s}\nduration: 1s\n",
 		"cluster: {servers: 3}\nworkload: {producers: 1}\nduration: 1s\nchecks: [vibes]\n",
 		"cluster: {servers: 3}\nworkload: {producers: 1}\nduration: soon\n",
+		"cluster: {servers: 3}\nworkload: {producers: 1}\nnemesis: {faults: [cs-kill], interval: 1s}\nduration: 1s\n",
+		"cluster: {servers: 3, preferred_dcs: [dc1]}\nworkload: {producers: 1}\nduration: 1s\n",
 	} {
 		_, err := ParseDefinition(strings.NewReader(bad))
 		require.Error(t, err, bad)
 	}
+
+	cmds, err = ParseDefinition(strings.NewReader("cluster: {servers: 3, streams: 2, dcs: 3, config_servers: 3, preferred_dcs: [dc1, dc3], balance_after_ms: 2000}\n" +
+		"workload: {producers: 1}\nnemesis: {faults: [cs-kill, cs-partition], interval: 1s}\nduration: 1s\n"))
+	require.NoError(t, err)
+	require.Equal(t, "start-cluster balance-after=2000 config-servers=3 dcs=3 nodes=3 preferred=dc1,dc3 streams=2", cmds[0].String())
 
 	// Every definition of the repository parses.
 	paths, err := filepath.Glob(filepath.Join("campaigns", "*.yaml"))

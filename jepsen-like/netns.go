@@ -13,6 +13,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/vdl-project/vdl/internal/proccluster"
 )
 
 // Network namespaces (root only): each server in its own namespace, a veth
@@ -21,7 +23,9 @@ import (
 // host namespace, where the clients run (the host routes the run's /16 to
 // the router). Latency, jitter and loss between DCs follow the campaign's
 // matrix: tc netem on each server's interface (a class per other DC, the
-// DC's subnet as filter) for delay and jitter, nft for loss. Partitions are
+// DC's subnet as filter) for delay and jitter, nft for loss — or, where the
+// kernel has no netem, the userspace WAN (wan.go: a TUN device in the
+// router namespace that every packet between DCs goes through). Partitions are
 // nft rules inside the servers' namespaces. Everything is named with the
 // prefix vdlj-<pid>-<seq>- (namespaces) or vj<pid>-<seq> (the one
 // interface in the host namespace), so that Sweep finds what a run that
@@ -47,6 +51,13 @@ type NetSpec struct {
 	LatencyMillis [][]float64
 	JitterMillis  float64
 	LossPercent   [][]float64
+	// ConfigServers get a namespace each too (config server k, node id
+	// proccluster.ConfigServerID(k), in DC ((k-1) mod DCs) + 1, at
+	// 10.S.<dc>.<200+k>).
+	ConfigServers int
+	// Shaper applies the matrices: ShaperAuto (netem when the kernel has
+	// it, else the userspace WAN), ShaperNetem or ShaperUserspace.
+	Shaper string
 }
 
 // Topology is a cluster's network namespaces.
@@ -57,7 +68,10 @@ type Topology struct {
 	router string
 	hostIf string
 	nodes  map[uint64]*netNode
-	ids    []uint64
+	ids    []uint64 // the servers'
+	csIDs  []uint64 // the config servers'
+	shaper string   // what applies the matrices (ShaperNetem, ShaperUserspace), "" none
+	wan    *WAN     // the userspace WAN, if it does
 
 	mu     sync.Mutex
 	closed bool
@@ -117,12 +131,17 @@ func NewTopology(nodes int, spec NetSpec) (*Topology, error) {
 			return nil, err
 		}
 		t.octet, t.closed = octet, false
-		t.ids, t.nodes = nil, map[uint64]*netNode{}
+		t.ids, t.csIDs, t.nodes = nil, nil, map[uint64]*netNode{}
 		for i := range nodes {
 			id := uint64(i + 1)
 			dc := i%spec.DCs + 1
 			t.ids = append(t.ids, id)
 			t.nodes[id] = &netNode{ns: fmt.Sprintf("%s-n%d", t.ID, id), ip: fmt.Sprintf("10.%d.%d.%d", octet, dc, 10+id), dc: dc}
+		}
+		for k := 1; k <= spec.ConfigServers; k++ {
+			id, dc := proccluster.ConfigServerID(k), (k-1)%spec.DCs+1
+			t.csIDs = append(t.csIDs, id)
+			t.nodes[id] = &netNode{ns: fmt.Sprintf("%s-c%d", t.ID, k), ip: fmt.Sprintf("10.%d.%d.%d", octet, dc, 200+k), dc: dc}
 		}
 		if err = t.create(); err == nil {
 			return t, nil
@@ -194,7 +213,7 @@ func (t *Topology) create() error {
 			[]string{"ip", "-n", r, "addr", "add", t.subnetIP(dc, 1) + "/24", "dev", br},
 			[]string{"ip", "-n", r, "link", "set", br, "up"})
 	}
-	for _, id := range t.ids {
+	for _, id := range t.all() {
 		n := t.nodes[id]
 		peer := fmt.Sprintf("n%d", id)
 		cmds = append(cmds,
@@ -211,13 +230,44 @@ func (t *Topology) create() error {
 			return err
 		}
 	}
-	for _, id := range t.ids {
+	if err := t.chooseShaper(); err != nil {
+		return err
+	}
+	for _, id := range t.all() {
 		if err := t.nftBase(id); err != nil {
 			return err
+		}
+		if t.shaper != ShaperNetem {
+			continue
 		}
 		if err := t.shape(id); err != nil {
 			return err
 		}
+	}
+	if t.shaper == ShaperUserspace {
+		return t.startWAN()
+	}
+	return nil
+}
+
+// chooseShaper decides what applies the matrices: nothing without them,
+// nft alone for a loss matrix without latency (netem: ShaperNetem), tc
+// netem where the kernel has it, the userspace WAN otherwise.
+func (t *Topology) chooseShaper() error {
+	switch {
+	case t.spec.LatencyMillis == nil && t.spec.LossPercent == nil:
+		t.shaper = ""
+	case t.spec.Shaper == ShaperUserspace:
+		t.shaper = ShaperUserspace
+	case t.spec.Shaper == ShaperNetem || t.spec.LatencyMillis == nil:
+		t.shaper = ShaperNetem
+	case t.spec.Shaper == ShaperAuto:
+		t.shaper = ShaperUserspace
+		if NetemAvailable() {
+			t.shaper = ShaperNetem
+		}
+	default:
+		return fmt.Errorf("shaper %q: want netem, userspace or none", t.spec.Shaper)
 	}
 	return nil
 }
@@ -251,7 +301,7 @@ func (t *Topology) nftBase(id uint64) error {
 	sb.WriteString("  chain cut_in { type filter hook input priority 0; policy accept; }\n")
 	sb.WriteString("  chain cut_out { type filter hook output priority 0; policy accept; }\n")
 	sb.WriteString("  chain loss_out { type filter hook output priority 1; policy accept;\n")
-	if t.spec.LossPercent != nil {
+	if t.spec.LossPercent != nil && t.shaper == ShaperNetem {
 		for dc := 1; dc <= t.spec.DCs; dc++ {
 			if p := t.spec.LossPercent[n.dc-1][dc-1]; p > 0 && dc != n.dc {
 				fmt.Fprintf(&sb, "    ip daddr 10.%d.%d.0/24 numgen random mod 10000 < %d drop\n", t.octet, dc, int(p*100))
@@ -323,6 +373,23 @@ func (t *Topology) shape(id uint64) error {
 
 func fmtMillis(ms float64) string { return strconv.FormatFloat(ms, 'f', -1, 64) + "ms" }
 
+// all are the servers' and config servers' ids.
+func (t *Topology) all() []uint64 { return append(slices.Clone(t.ids), t.csIDs...) }
+
+// ConfigServerHosts are the config servers' addresses, config server k's
+// at k-1.
+func (t *Topology) ConfigServerHosts() []string {
+	out := make([]string, len(t.csIDs))
+	for i, id := range t.csIDs {
+		out[i] = t.nodes[id].ip
+	}
+	return out
+}
+
+// Shaper is what applies the matrices: ShaperNetem, ShaperUserspace, or
+// "" (none).
+func (t *Topology) Shaper() string { return t.shaper }
+
 // Host is a node's address (its servers listen there).
 func (t *Topology) Host(id uint64) string { return t.nodes[id].ip }
 
@@ -352,6 +419,9 @@ func (t *Topology) DCOf(id uint64) int {
 // Describe names the topology for the report.
 func (t *Topology) Describe() string {
 	s := fmt.Sprintf("%s: %d servers in %d DCs, 10.%d.0.0/16", t.ID, len(t.ids), t.spec.DCs, t.octet)
+	if len(t.csIDs) > 0 {
+		s = fmt.Sprintf("%s: %d servers and %d config servers in %d DCs, 10.%d.0.0/16", t.ID, len(t.ids), len(t.csIDs), t.spec.DCs, t.octet)
+	}
 	if t.spec.LatencyMillis != nil {
 		s += fmt.Sprintf(", one-way latency %v ms", t.spec.LatencyMillis)
 		if t.spec.JitterMillis > 0 {
@@ -360,6 +430,12 @@ func (t *Topology) Describe() string {
 	}
 	if t.spec.LossPercent != nil {
 		s += fmt.Sprintf(", loss %v %%", t.spec.LossPercent)
+	}
+	switch t.shaper {
+	case ShaperNetem:
+		s += " (tc netem, nft loss)"
+	case ShaperUserspace:
+		s += " (userspace WAN: a TUN device in the router namespace)"
 	}
 	return s
 }
@@ -378,7 +454,7 @@ func (t *Topology) Cut(pairs [][2]uint64) error {
 		out[p[0]] = append(out[p[0]], to.ip)
 		in[p[1]] = append(in[p[1]], from.ip)
 	}
-	for _, id := range t.ids {
+	for _, id := range t.all() {
 		var sb strings.Builder
 		sb.WriteString("flush chain inet vdlj cut_in\nflush chain inet vdlj cut_out\n")
 		if ips := dedup(in[id]); len(ips) > 0 {
@@ -412,7 +488,11 @@ func (t *Topology) Close() error {
 	}
 	t.closed = true
 	var errs []error
-	for _, id := range t.ids {
+	if t.wan != nil {
+		errs = append(errs, t.wan.Close())
+		t.wan = nil
+	}
+	for _, id := range t.all() {
 		errs = append(errs, removeNamespace(t.nodes[id].ns))
 	}
 	errs = append(errs, removeNamespace(t.router))
@@ -443,121 +523,4 @@ func removeNamespace(ns string) error {
 		time.Sleep(100 * time.Millisecond)
 	}
 	return run("ip", "netns", "del", ns)
-}
-
-// Sweep removes what campaigns left behind: the namespaces named
-// vdlj-<pid>-… (killing what runs in them) and host interfaces vj<pid>-…
-// whose process <pid> is gone — or every one when all is set (no campaign
-// runs) — and unmounts the size-limited data dirs under their paths. It
-// returns what it removed.
-func Sweep(all bool) ([]string, error) {
-	var removed []string
-	var errs []error
-	stale := func(pidStr string) bool {
-		if all {
-			return true
-		}
-		pid, err := strconv.Atoi(pidStr)
-		if err != nil {
-			return false
-		}
-		if pid == os.Getpid() {
-			return false
-		}
-		return syscall.Kill(pid, 0) == syscall.ESRCH
-	}
-	entries, _ := os.ReadDir("/run/netns")
-	for _, e := range entries {
-		rest, ok := strings.CutPrefix(e.Name(), NetPrefix)
-		if !ok {
-			continue
-		}
-		pid, _, _ := strings.Cut(rest, "-")
-		if stale(pid) {
-			if err := removeNamespace(e.Name()); err != nil {
-				errs = append(errs, err)
-			} else {
-				removed = append(removed, "netns "+e.Name())
-			}
-		}
-	}
-	out, _ := exec.Command("ip", "-o", "link", "show").Output()
-	for _, line := range strings.Split(string(out), "\n") {
-		f := strings.Fields(line)
-		if len(f) < 2 {
-			continue
-		}
-		name, _, _ := strings.Cut(strings.TrimSuffix(f[1], ":"), "@")
-		rest, ok := strings.CutPrefix(name, hostIfPrefix)
-		if !ok || !strings.Contains(rest, "-") {
-			continue
-		}
-		pid, _, _ := strings.Cut(rest, "-")
-		if _, err := strconv.Atoi(pid); err == nil && stale(pid) {
-			if err := run("ip", "link", "del", name); err != nil {
-				errs = append(errs, err)
-			} else {
-				removed = append(removed, "link "+name)
-			}
-		}
-	}
-	for _, m := range campaignMounts() {
-		if stale(m.pid) {
-			if err := syscall.Unmount(m.path, syscall.MNT_DETACH); err != nil {
-				errs = append(errs, fmt.Errorf("umount %s: %w", m.path, err))
-			} else {
-				removed = append(removed, "mount "+m.path)
-			}
-		}
-	}
-	return removed, errors.Join(errs...)
-}
-
-type campaignMount struct{ path, pid string }
-
-// campaignMounts lists the mounts of size-limited data dirs (DiskDir):
-// mount points with a path element vdlj-<pid>-….
-func campaignMounts() []campaignMount {
-	data, err := os.ReadFile("/proc/self/mounts")
-	if err != nil {
-		return nil
-	}
-	var out []campaignMount
-	for _, line := range strings.Split(string(data), "\n") {
-		f := strings.Fields(line)
-		if len(f) < 2 {
-			continue
-		}
-		for _, el := range strings.Split(f[1], "/") {
-			if rest, ok := strings.CutPrefix(el, NetPrefix); ok {
-				pid, _, _ := strings.Cut(rest, "-")
-				out = append(out, campaignMount{f[1], pid})
-				break
-			}
-		}
-	}
-	return out
-}
-
-// Leftovers lists what of this process's (pid) campaigns still exists:
-// namespaces, host interfaces, mounts.
-func Leftovers(pid int) []string {
-	var out []string
-	p := fmt.Sprintf("%s%d-", NetPrefix, pid)
-	entries, _ := os.ReadDir("/run/netns")
-	for _, e := range entries {
-		if strings.HasPrefix(e.Name(), p) {
-			out = append(out, "netns "+e.Name())
-		}
-	}
-	links, _ := exec.Command("ip", "-o", "link", "show").Output()
-	if strings.Contains(string(links), fmt.Sprintf(" %s%d-", hostIfPrefix, pid)) {
-		out = append(out, "a host interface "+fmt.Sprintf("%s%d-…", hostIfPrefix, pid))
-	}
-	for _, m := range campaignMounts() {
-		if m.pid == strconv.Itoa(pid) {
-			out = append(out, "mount "+m.path)
-		}
-	}
-	return out
 }

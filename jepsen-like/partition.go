@@ -170,6 +170,9 @@ func names(ids []uint64) string {
 	parts := make([]string, len(ids))
 	for i, id := range ids {
 		parts[i] = fmt.Sprintf("n%d", id)
+		if id > 100 {
+			parts[i] = csName(id) // a config server
+		}
 	}
 	return strings.Join(parts, ",")
 }

@@ -40,7 +40,13 @@ type RunSummary struct {
 	DurationSeconds float64 `json:"duration_s"`
 	Binary          string  `json:"binary"`
 	Net             string  `json:"net"`
-	Replay          string  `json:"replay"`
+	// Shaper is what applied the latency matrix between DCs: "netem" (tc
+	// netem), "userspace" (the userspace WAN, a TUN device), or empty.
+	Shaper string `json:"shaper,omitempty"`
+	// PreferredDC is the config servers' balancer liveness at the end:
+	// how long every stream's leader took to be back in its preferred DC.
+	PreferredDC string `json:"preferred_dc,omitempty"`
+	Replay      string `json:"replay"`
 	// Outcomes counts operations by operation and client ("produce
 	// franz-go") and outcome (ok, fail, info: unknown).
 	Outcomes map[string]map[checker.Outcome]int `json:"outcomes"`
@@ -88,7 +94,11 @@ func (r *runner) writeRunDir(dir string, res *Result) error {
 	}
 	if r.net != nil {
 		s.Net = "netns " + r.net.Describe()
+		s.Shaper = r.net.Shaper()
 	}
+	r.mu.Lock()
+	s.PreferredDC = r.liveness
+	r.mu.Unlock()
 	var lat []float64
 	var acked, read int
 	for _, op := range ops {
@@ -282,6 +292,9 @@ func copyFile(src, dst string) error {
 func writeRunMarkdown(w io.Writer, s *RunSummary, res Result) {
 	fmt.Fprintf(w, "# %s: %s\n\n", s.Campaign, s.Verdict)
 	fmt.Fprintf(w, "Started %s, ran %.1f s, binary `%s`, network %s.\n\n", s.Started, s.DurationSeconds, s.Binary, s.Net)
+	if s.PreferredDC != "" {
+		fmt.Fprintf(w, "Control plane: %s.\n\n", s.PreferredDC)
+	}
 	if s.Replay != "" {
 		fmt.Fprintf(w, "Replay: `%s`\n\n", s.Replay)
 	}

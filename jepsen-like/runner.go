@@ -76,6 +76,8 @@ type runner struct {
 	steps       []Step            // the steps done so far (for a report after an interrupt)
 	interrupted atomic.Bool       // Interrupt ran: the run's own end writes no report
 	prog        *progress         // the progress line's counts (its goroutine only)
+	preferred   []string          // the streams' preferred DCs (config servers)
+	liveness    string            // what the preferred-DC check found
 }
 
 type ack struct {
@@ -281,6 +283,9 @@ func (r *runner) startCluster(cmd Command) (string, error) {
 		r.streams = append(r.streams, fmt.Sprintf("s%d", i+1))
 	}
 	opts := proccluster.Options{Nodes: nodes, Streams: r.streams, StartTimeout: 30 * time.Second}
+	if err := r.controlPlane(cmd, &opts, &spec); err != nil {
+		return "", err
+	}
 	if _, ok := cmd.Keys["disk"]; ok {
 		mib, err := intKey(cmd, "disk", 0)
 		if err != nil {
@@ -331,6 +336,7 @@ func (r *runner) startCluster(cmd Command) (string, error) {
 		r.mu.Unlock()
 		opts.Hosts, opts.Wrap = topo.Hosts(), topo.Wrap
 	}
+	r.labelDCs(&opts)
 	c := proccluster.Start(r.t, r.bin, opts)
 	r.mu.Lock()
 	r.c = c
@@ -359,7 +365,7 @@ func (r *runner) interrupt() {
 	}
 	defer r.writeInterrupted()
 	for range 3 {
-		for _, n := range c.Nodes {
+		for _, n := range append(slices.Clone(c.Nodes), c.ConfigServers...) {
 			if n.Running() {
 				c.Kill(n.ID)
 			}

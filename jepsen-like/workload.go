@@ -47,7 +47,7 @@ type nemesis struct {
 	rng      *rand.Rand
 }
 
-var nemesisFaults = []string{"kill", "power-loss", "partition", "partition-oneway", "partition-dc", "pause", "disk-full", "slow-disk", "leader-transfer", "crash", "torn-write", "disk-error", "replace"}
+var nemesisFaults = []string{"kill", "power-loss", "partition", "partition-oneway", "partition-dc", "pause", "disk-full", "slow-disk", "leader-transfer", "crash", "torn-write", "disk-error", "replace", "cs-kill", "cs-partition"}
 
 // failpointFaults need the failpoint build.
 var failpointFaults = []string{"power-loss", "slow-disk", "crash", "torn-write", "disk-error"}
@@ -116,24 +116,35 @@ func (r *runner) workload(cmd Command) (string, error) {
 		d = r.opts.Duration // vdl-jepsen --duration, make gate DURATION=
 	}
 	stream := r.stream(cmd)
+	// all-streams=1: the i-th client of each kind on stream i (mod the
+	// streams; kcat's from the second), instead of all on stream=.
+	on := func(i, from int) string {
+		if cmd.Keys["all-streams"] != "1" {
+			return stream
+		}
+		return r.streams[(i+from)%len(r.streams)]
+	}
+	if cmd.Keys["all-streams"] == "1" {
+		stream = strings.Join(r.streams, ",")
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), d)
 	defer cancel()
 	var acked, unknown atomic.Int64
 	var wg sync.WaitGroup
 	var mu sync.Mutex // r.next, r.conns and r.acked
-	for range producers {
-		wg.Go(func() { r.produceLoop(ctx, stream, &mu, &acked, &unknown) })
+	for i := range producers {
+		wg.Go(func() { r.produceLoop(ctx, on(i, 0), &mu, &acked, &unknown) })
 	}
 	var polled atomic.Int64
-	for range consumers {
-		wg.Go(func() { r.consumeLoop(ctx, stream, &mu, &polled) })
+	for i := range consumers {
+		wg.Go(func() { r.consumeLoop(ctx, on(i, 0), &mu, &polled) })
 	}
 	var kcatAcked, kcatUnknown, kcatPolled atomic.Int64
-	for range kcatProducers {
-		wg.Go(func() { r.kcatProduceLoop(ctx, kcat, stream, &mu, &kcatAcked, &kcatUnknown) })
+	for i := range kcatProducers {
+		wg.Go(func() { r.kcatProduceLoop(ctx, kcat, on(i, 1), &mu, &kcatAcked, &kcatUnknown) })
 	}
-	for range kcatConsumers {
-		wg.Go(func() { r.kcatConsumeLoop(ctx, kcat, stream, &mu, &kcatPolled) })
+	for i := range kcatConsumers {
+		wg.Go(func() { r.kcatConsumeLoop(ctx, kcat, on(i, 1), &mu, &kcatPolled) })
 	}
 	var log []string
 	var found []error // what undoing the faults found (a node that lost what it had promised)
@@ -368,6 +379,10 @@ func (r *runner) runNemesis(ctx context.Context) (log []string, found []error) {
 			}
 			continue
 		}
+		if strings.HasPrefix(kind, "cs-") {
+			log = append(log, fmt.Sprintf("%s %s", kind, csName(r.active[len(r.active)-1].node)))
+			continue
+		}
 		log = append(log, fmt.Sprintf("%s n%d", kind, victim))
 	}
 }
@@ -498,6 +513,8 @@ func (r *runner) inject(kind string, victim uint64) error {
 	case "disk-full":
 		r.active = append(r.active, activeFault{kind, victim})
 		return r.fillDisk(victim)
+	case "cs-kill", "cs-partition":
+		return r.injectCS(kind)
 	case "partition", "partition-oneway", "partition-dc":
 		var side, others []uint64
 		for _, nd := range r.c.Nodes {
@@ -506,6 +523,10 @@ func (r *runner) inject(kind string, victim uint64) error {
 			} else {
 				others = append(others, nd.ID)
 			}
+		}
+		if kind == "partition-dc" && r.net != nil { // the DC's config server goes with it
+			in, out := r.dcConfigServers(r.dcOf(victim))
+			side, others = append(side, in...), append(others, out...)
 		}
 		if len(others) == 0 {
 			return errors.New("one DC: nothing to cut it from")
@@ -529,7 +550,9 @@ func (r *runner) undoFaults() error {
 	var errs []error
 	for _, f := range r.active {
 		switch f.kind {
-		case "partition", "partition-oneway", "partition-dc":
+		case "cs-kill":
+			errs = append(errs, r.undoCS(f))
+		case "partition", "partition-oneway", "partition-dc", "cs-partition":
 			if _, err := r.heal(); err != nil {
 				errs = append(errs, err)
 			}

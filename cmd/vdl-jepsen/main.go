@@ -49,7 +49,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	verbose := fs.Bool("v", false, "log what the harness does")
 	reports := fs.String("reports", "reports", "a directory per run goes under it (<campaign>-<timestamp>/), with index.html over all runs; empty: none")
 	progress := fs.Duration("progress", 5*time.Second, "a progress line on stderr this often (0: none)")
-	netMode := fs.String("net", "auto", "the cluster's network: netns (root: a namespace per server, DCs, netem, nft partitions), loopback, or auto (netns when root); a script's start-cluster net= wins")
+	netMode := fs.String("net", "auto", "the cluster's network: netns (root: a namespace per server, DCs, latency by tc netem or the userspace WAN, nft partitions), loopback, or auto (netns when root); a script's start-cluster net= wins")
 	duration := fs.Duration("duration", 0, "replace every workload's duration (0: the campaign's own)")
 	if err := fs.Parse(args[1:]); err != nil {
 		return 2

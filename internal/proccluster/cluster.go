@@ -74,6 +74,20 @@ type Options struct {
 	// DataDirs are the nodes' data dirs, node i+1's at i (default
 	// Dir/node<id>): the campaigns put each on a size-limited filesystem.
 	DataDirs []string
+	// ConfigServers (3, say) runs the control plane: that many config
+	// server processes, the servers registering with them, the streams
+	// created through them (configservers.go). 0: static configs.
+	ConfigServers int
+	// ConfigServerHosts are the config servers' listen hosts (default
+	// 127.0.0.1), config server k's at k-1.
+	ConfigServerHosts []string
+	// DCs are the servers' dc labels, node i+1's at i (config servers).
+	DCs []string
+	// PreferredDCs are the streams' preferred DCs, stream i's at i
+	// (config servers: the balancer moves a leader back there).
+	PreferredDCs []string
+	// BalanceAfterMillis is the config servers' balance_after_ms (0: theirs).
+	BalanceAfterMillis int
 }
 
 // Node is one server process.
@@ -113,7 +127,9 @@ func (n *Node) initialState() string {
 type Cluster struct {
 	Dir   string
 	Nodes []*Node
-	Certs string
+	// ConfigServers are the config servers' processes (Options.ConfigServers).
+	ConfigServers []*Node
+	Certs         string
 	// User and Password are a SASL user of the Kafka TLS listeners (every
 	// mechanism); the users file is Certs/users.toml.
 	User, Password string
@@ -185,7 +201,20 @@ func Start(tb T, bin string, opts Options) *Cluster {
 			sans = append(sans, h)
 		}
 	}
-	if err := pki.EnsureDir(c.Certs, "vdl-test", ids, nil, sans, []string{"admin"}); err != nil {
+	var csIDs []uint64
+	csHost := func(k int) string {
+		if k-1 < len(opts.ConfigServerHosts) && opts.ConfigServerHosts[k-1] != "" {
+			return opts.ConfigServerHosts[k-1]
+		}
+		return "127.0.0.1"
+	}
+	for k := 1; k <= opts.ConfigServers; k++ {
+		csIDs = append(csIDs, uint64(k))
+		if h := csHost(k); !slices.Contains(sans, h) {
+			sans = append(sans, h)
+		}
+	}
+	if err := pki.EnsureDir(c.Certs, "vdl-test", ids, csIDs, sans, []string{"admin"}); err != nil {
 		tb.Fatal(err)
 	}
 	if _, err := pki.EnsureToken(filepath.Join(c.Certs, "admin.token")); err != nil {
@@ -214,9 +243,13 @@ func Start(tb T, bin string, opts Options) *Cluster {
 			AdminClient: admin,
 		})
 	}
+	if opts.ConfigServers > 0 {
+		c.addConfigServers(freePorts(tb, 2*opts.ConfigServers), csHost)
+	}
 	c.writeConfigs()
 	// Cleanups run last-in first-out: stop the processes, then report.
 	tb.Cleanup(c.report)
+	tb.Cleanup(c.stopConfigServers)
 	tb.Cleanup(c.StopAll)
 	c.startAll()
 	return c
@@ -263,6 +296,11 @@ func (c *Cluster) config(n *Node) string {
 		sb.WriteString("\n")
 	}
 	fmt.Fprintf(&sb, "[log]\nlevel = %q\n\n", c.opts.LogLevel)
+	if len(c.ConfigServers) > 0 {
+		// Its peers and streams come from the config servers; top-level
+		// keys go before the tables.
+		return c.controlledConfig(n) + sb.String()
+	}
 	for _, p := range c.Nodes {
 		// admin: servers copy a snapshot's entries from each other over it.
 		fmt.Fprintf(&sb, "[[peers]]\nid = %d\nraft = %q\nkafka = %q\nkafka_tls = %q\nadmin = %q\n\n", p.ID, p.Raft, p.Kafka, p.KafkaTLS, p.Admin)
@@ -281,13 +319,23 @@ func freePorts(tb T, n int) []int { return testnet.FreePorts(tb, n) }
 // leaders.
 func (c *Cluster) startAll() {
 	c.tb.Helper()
+	if len(c.ConfigServers) > 0 {
+		c.startConfigServers()
+	}
 	for _, n := range c.Nodes {
 		c.StartNode(n.ID)
 	}
 	for _, n := range c.Nodes {
 		c.WaitHealthy(n.ID, c.opts.StartTimeout)
 	}
-	for _, s := range c.opts.Streams {
+	streams := c.opts.Streams
+	if len(c.ConfigServers) > 0 {
+		c.createStreams()
+		// Groups and idempotent producers need the offsets stream, which
+		// the config servers create.
+		streams = append(slices.Clone(streams), "__consumer_offsets")
+	}
+	for _, s := range streams {
 		c.WaitLeader(s, c.opts.StartTimeout)
 	}
 }
@@ -307,6 +355,9 @@ func (c *Cluster) StartNode(id uint64, env ...string) {
 	start := n.starts
 	fmt.Fprintf(logf, "=== harness: start #%d of node %d at %s env %v ===\n", start, n.ID, time.Now().Format(time.RFC3339Nano), env)
 	args := []string{c.bin, "server", "--config", n.ConfigPath}
+	if isConfigServer(n.ID) {
+		args[1] = "configserver"
+	}
 	if c.opts.Wrap != nil {
 		args = append(c.opts.Wrap(n.ID), args...)
 	}
@@ -360,6 +411,11 @@ func (c *Cluster) Node(id uint64) *Node {
 			return n
 		}
 	}
+	for _, n := range c.ConfigServers {
+		if n.ID == id {
+			return n
+		}
+	}
 	c.tb.Fatalf("no node %d", id)
 	return nil
 }
@@ -401,7 +457,7 @@ func (c *Cluster) report() {
 		return
 	}
 	keep, err := os.MkdirTemp("", "vdl-proccluster-logs-")
-	for _, n := range c.Nodes {
+	for _, n := range append(slices.Clone(c.Nodes), c.ConfigServers...) {
 		c.tb.Logf("---- tail of %s ----\n%s", n.LogPath, Tail(n.LogPath, c.opts.TailLines))
 		if err == nil {
 			if data, rerr := os.ReadFile(n.LogPath); rerr == nil {

@@ -142,10 +142,20 @@ func (c *Cluster) stop(n *Node) {
 	}
 }
 
-// StopAll stops every node (SIGTERM), in parallel.
+// StopAll stops every server (SIGTERM), in parallel; the config servers
+// run on until the end.
 func (c *Cluster) StopAll() {
 	var wg sync.WaitGroup
 	for _, n := range c.Nodes {
+		wg.Go(func() { c.stop(n) })
+	}
+	wg.Wait()
+}
+
+// stopConfigServers stops the config servers (SIGTERM), at the end.
+func (c *Cluster) stopConfigServers() {
+	var wg sync.WaitGroup
+	for _, n := range c.ConfigServers {
 		wg.Go(func() { c.stop(n) })
 	}
 	wg.Wait()
