@@ -158,11 +158,12 @@ func (p *peerBook) hears(node uint64, t raftpb.MessageType) bool {
 	return p.r.Hears(node, t)
 }
 
-// tells reports whether a message of group is sent to node (Roster.Tells).
-func (p *peerBook) tells(node, group uint64, t raftpb.MessageType) bool {
+// tells reports whether a message of group is sent to node (Roster.Tells),
+// and the data dir it is meant for (Roster.Addressee).
+func (p *peerBook) tells(node, group uint64, t raftpb.MessageType) (bool, uint64) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return p.r.Tells(node, group, t)
+	return p.r.Tells(node, group, t), p.r.Addressee(node)
 }
 
 func (p *peerBook) stale(node uint64) bool {

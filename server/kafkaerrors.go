@@ -26,11 +26,23 @@ func kafkaSentinel(err error) error {
 	switch {
 	case err == nil:
 		return nil
-	// A proposal overwritten by a new leader, a stopped host or group: the
-	// client must go to the real leader.
-	case errors.Is(err, raftnode.ErrNotLeader), errors.Is(err, raftnode.ErrOverwritten),
-		errors.Is(err, raftnode.ErrShutdown), errors.Is(err, raftnode.ErrStopped):
+	// Not the leader, or a proposal overwritten by a new leader's log:
+	// nothing was or will be written, and the client must go to the real
+	// leader. NOT_LEADER_OR_FOLLOWER says exactly that to a client
+	// (librdkafka: "MsgNotPersisted"), which may send the records again.
+	case errors.Is(err, raftnode.ErrNotLeader), errors.Is(err, raftnode.ErrOverwritten):
 		return kafka.ErrNotLeader
+	// A host that stopped (a fail-stop on a disk error, a shutdown) or a
+	// group removed with the proposal in flight, or a log replaced by a
+	// snapshot before the entry applied: the entry may have reached the
+	// followers and commit without this server — the outcome is unknown,
+	// and is answered as a timeout (REQUEST_TIMED_OUT: possibly persisted).
+	// Answered NOT_LEADER, kcat sent such a record again to the new leader:
+	// written twice (campaign dc3_replace: the leader fail-stopped on an
+	// injected fsync error right after proposing it).
+	case errors.Is(err, raftnode.ErrShutdown), errors.Is(err, raftnode.ErrStopped),
+		errors.Is(err, raftnode.ErrUnknownOutcome):
+		return kafka.ErrTimeout
 	case errors.Is(err, raftnode.ErrUnknownGroup): // removed from this server
 		return kafka.ErrUnknownStream
 	case errors.Is(err, raftnode.ErrBackpressure):

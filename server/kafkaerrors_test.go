@@ -20,8 +20,12 @@ func TestKafkaErrorTranslation(t *testing.T) {
 	}{
 		{raftnode.ErrNotLeader, kafka.ErrNotLeader},
 		{raftnode.ErrOverwritten, kafka.ErrNotLeader},
-		{raftnode.ErrShutdown, kafka.ErrNotLeader},
-		{raftnode.ErrStopped, kafka.ErrNotLeader},
+		// Unknown outcomes (the entry may commit without this server): never
+		// NOT_LEADER, which tells a client nothing was written.
+		{raftnode.ErrShutdown, kafka.ErrTimeout},
+		{raftnode.ErrStopped, kafka.ErrTimeout},
+		{fmt.Errorf("%w: sync: injected I/O error", raftnode.ErrStopped), kafka.ErrTimeout},
+		{raftnode.ErrUnknownOutcome, kafka.ErrTimeout},
 		{raftnode.ErrUnknownGroup, kafka.ErrUnknownStream},
 		{raftnode.ErrBackpressure, kafka.ErrBackpressure},
 		{raftnode.ErrEntryTooLarge, kafka.ErrTooLarge},
@@ -30,6 +34,9 @@ func TestKafkaErrorTranslation(t *testing.T) {
 	} {
 		got := kafkaError(c.err)
 		require.ErrorIs(t, got, c.want, "%v", c.err)
+		if c.want != kafka.ErrNotLeader {
+			require.NotErrorIs(t, got, kafka.ErrNotLeader, "%v", c.err)
+		}
 		require.ErrorIs(t, got, c.err, "the original stays in the chain")
 	}
 	require.NoError(t, kafkaError(nil))

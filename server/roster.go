@@ -100,6 +100,24 @@ func (r *Roster) Tells(node, group uint64, t raftpb.MessageType) bool {
 	return !r.Stale(node)
 }
 
+// Addressee is the data dir a message to node is meant for, to be checked
+// when it goes out on a connection (transport.SendTo): the dir node presented
+// if that is another than the one known (only answers to its requests are
+// sent to it), else the known one; 0 if node is not known. A message a
+// server decides for a peer may wait in the transport's queue while the
+// stream is down and go out on the next connection, to whatever process
+// answers there: without this the decision (a heartbeat carrying the commit
+// index the old disk acknowledged) reached a process that had restarted on
+// an empty disk, which fail-stopped ("tocommit(6172) is out of range
+// [lastIndex(0)]", campaign dc3_replace). The roster's checks (Tells) are
+// only as good as the dir they were made for.
+func (r *Roster) Addressee(node uint64) uint64 {
+	if p, ok := r.presented[node]; ok && p != r.dirs[node] {
+		return p
+	}
+	return r.dirs[node]
+}
+
 // known reports whether cs names any member: a replica that joins with an
 // empty log knows its group's membership only once a snapshot brings it.
 func known(cs *raftpb.ConfState) bool {

@@ -139,3 +139,25 @@ func TestRosterEmptyMembershipIsUnknown(t *testing.T) {
 	require.True(t, r.Tells(2, 7, raftpb.MsgVote))
 	require.False(t, r.Tells(3, 7, raftpb.MsgVote), "3 is not a member")
 }
+
+// A message goes out only to the data dir it was decided for (Addressee,
+// checked by the transport when it writes the message): the known dir of
+// a peer in good standing, the dir a refused peer presented (it is sent
+// only answers), none for a peer not known.
+func TestRosterAddressee(t *testing.T) {
+	r := NewRoster(map[uint64]uint64{2: 0x22, 3: 0x33})
+	r.Hosted(1, &raftpb.ConfState{Voters: []uint64{1, 2, 3}})
+	require.Equal(t, uint64(0x22), r.Addressee(2))
+	require.Zero(t, r.Addressee(4), "not known: whoever presents itself")
+
+	_, err := r.Admit(3, 0x99) // node 3's disk was replaced
+	require.ErrorIs(t, err, errDirChanged)
+	require.False(t, r.Tells(3, 1, raftpb.MsgHeartbeat))
+	require.True(t, r.Tells(3, 1, raftpb.MsgVoteResp))
+	require.Equal(t, uint64(0x99), r.Addressee(3), "answers go to the process that asked")
+
+	// Removed everywhere and forgotten: its new dir is the known one, and a
+	// heartbeat decided before (for 0x33) no longer goes to it.
+	require.True(t, r.Applied(1, 1, &raftpb.ConfState{Voters: []uint64{1, 2}}, nil))
+	require.Equal(t, uint64(0x99), r.Addressee(3))
+}

@@ -465,13 +465,17 @@ func (s *Server) stepRaft(group uint64, m *raftpb.Message) {
 }
 
 // peerSender sends raft's messages through the transport, except those a
-// peer that lost its data dir must not be told (Roster.Tells).
+// peer that lost its data dir must not be told (Roster.Tells). Each goes
+// out only to the data dir it was decided for (Roster.Addressee): the
+// transport may hold it while the stream is down and write it on the next
+// connection, to a process that restarted on an empty disk since.
 type peerSender struct{ s *Server }
 
 func (p peerSender) Send(group uint64, m *raftpb.Message) {
+	ok, dir := p.s.peers.tells(m.GetTo(), group, m.GetType())
 	switch {
-	case p.s.peers.tells(m.GetTo(), group, m.GetType()):
-		p.s.transport.Send(group, m)
+	case ok:
+		p.s.transport.SendTo(group, m, dir)
 	case m.GetType() == raftpb.MsgSnap:
 		// Raft waits for a snapshot's outcome: report it (off the host's
 		// loop, which is sending).

@@ -99,6 +99,7 @@ var simCanaries = []struct {
 	{name: canary.NoReadFence, by: []check{checkLinearizable}, minRate: 0.10},
 	{name: canary.DedupOff, by: []check{"anomaly:" + check(checker.Duplicate), checkLinearizable}, minRate: 0.50},
 	{name: canary.Livelock, by: []check{checkWatchdog}},
+	{name: canary.QueueAnyDir, by: []check{checkPanic}},
 }
 
 // rateSeeds is the sample for a canary's catch rate.

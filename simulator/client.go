@@ -425,9 +425,9 @@ func (c *client) handle(cc *cconn, q *creq, resp kmsg.Response) {
 				// in flight behind it goes again on a new connection.
 				defer cc.close("produce failed")
 			}
-			// Refusals before anything was written are definite failures;
-			// NOT_LEADER and timeouts leave the outcome unknown (the checker
-			// must not treat them as failures). Either way the error
+			// Refusals before anything was written are definite failures,
+			// NOT_LEADER included; timeouts leave the outcome unknown (the
+			// checker must not treat them as failures). Either way the error
 			// poisons the connection (checker.OKAfterFailure).
 			q.h.Error(p.ErrorCode, definiteProduceError(p.ErrorCode))
 		}
@@ -468,6 +468,10 @@ func definiteProduceError(code int16) bool {
 		// NOT_ENOUGH_REPLICAS (backpressure), INVALID_REQUIRED_ACKS, KAFKA_STORAGE_ERROR, UNSUPPORTED_COMPRESSION
 		return true
 	case 45, 47, 59: // OUT_OF_ORDER_SEQUENCE_NUMBER, INVALID_PRODUCER_EPOCH, UNKNOWN_PRODUCER_ID: refused
+		return true
+	case 6: // NOT_LEADER_OR_FOLLOWER: not proposed, or overwritten by a new leader's log (clients
+		// such as librdkafka take it as "not persisted" and send the records again); an
+		// unknown outcome (a stopped host) is answered REQUEST_TIMED_OUT
 		return true
 	}
 	return false

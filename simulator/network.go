@@ -41,6 +41,9 @@ func (s *Sim) sendRaft(from *node, group uint64, m *raftpb.Message) {
 	if !from.tells(to, group, m.GetType()) {
 		return
 	}
+	if to.down && s.cut[[2]uint64{from.id, to.id}] == 0 && s.queue(from, to, group, m) {
+		return // held in the transport's queue until a redial (queue.go)
+	}
 	if s.cut[[2]uint64{from.id, to.id}] > 0 || to.down {
 		s.w.after(s.linkLatency(from, to), from, func() {
 			from.rn.ReportUnreachable(group, to.id)

@@ -47,9 +47,14 @@ func (n *node) admits(p *node) bool {
 // tells reports whether n sends a message of type t in group to p (the
 // handshake records p's dir first): a peer with another data dir than the
 // one n knows is told only answers, and one that left the group no
-// requests (server.Roster.Tells).
+// requests (server.Roster.Tells). A process that is down presents no data
+// dir: n goes by what it knew (a wiped server's new dir is learned only
+// when it runs again, and what n sends it meanwhile may wait in n's
+// transport queue: queue.go).
 func (n *node) tells(p *node, group uint64, t raftpb.MessageType) bool {
-	n.admits(p)
+	if !p.down {
+		n.admits(p)
+	}
 	return n.roster.Tells(p.id, group, t)
 }
 

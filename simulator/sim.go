@@ -110,6 +110,7 @@ type Sim struct {
 	lat         [][]time.Duration // one-way base latency per DC pair
 
 	netR, nemR, wlR, dirR *rand.Rand
+	queueR                *rand.Rand // the transport's queue across reconnections (queue.go)
 
 	cut       map[[2]uint64]int // raft links cut (from, to)
 	clientCut map[uint64]int    // client links to a node cut
@@ -158,7 +159,7 @@ func newSim(cfg Config) (*Sim, error) {
 	w.bug = newBuggify(w.stream("buggify"), !cfg.NoBuggify)
 	s := &Sim{
 		cfg: cfg, w: w, tick: 10 * time.Millisecond,
-		netR: w.stream("network"), nemR: w.stream("nemesis"), wlR: w.stream("workload"), dirR: w.stream("dirs"),
+		netR: w.stream("network"), nemR: w.stream("nemesis"), wlR: w.stream("workload"), dirR: w.stream("dirs"), queueR: w.stream("transport-queue"),
 		cut: map[[2]uint64]int{}, clientCut: map[uint64]int{}, clog: map[[2]uint64]time.Duration{},
 		progress: map[string]bool{}, demoted: map[uint64]uint64{},
 		traceEffects: cfg.TraceEffects, detections: map[string]int{},

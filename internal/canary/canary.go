@@ -52,9 +52,15 @@ const (
 	// raftnode.Node.Flush makes its own work (it ticks the core whenever
 	// it runs out of effects) and never returns.
 	Livelock Name = "livelock"
+	// QueueAnyDir: the transport writes a message queued while a peer's
+	// stream was down on the next connection whatever data dir the peer
+	// presents there (raftnode/transport, the simulator's model of it):
+	// a process restarted on an empty disk is told what was decided for
+	// the old one.
+	QueueAnyDir Name = "queue-any-dir"
 )
 
 // All lists every canary.
 var All = []Name{AckBeforeFsync, AckBeforeCommit, ReadAboveHWM, ReorderResponses, ServeCorrupt,
 	SkipPoison, RetainAboveCommit, HardStateNotSynced, ConfStateNotReplayed, FollowerServesFetch,
-	NoReadFence, DedupOff, Livelock}
+	NoReadFence, DedupOff, Livelock, QueueAnyDir}

@@ -13,6 +13,8 @@ import (
 
 	"go.etcd.io/raft/v3/raftpb"
 	"google.golang.org/protobuf/proto"
+
+	"github.com/vdl-project/vdl/internal/canary"
 )
 
 // Outgoing stream states.
@@ -40,6 +42,12 @@ type frame struct {
 	buf   *[]byte
 	group uint64
 	snap  bool
+	// dir is the data dir id of the peer the message is meant for (0:
+	// whichever presents itself). The queue outlives connections: a
+	// message queued while the stream is down is written on the next one,
+	// perhaps to a process that came back on another data dir. Such a
+	// message is dropped instead (see SendTo).
+	dir uint64
 }
 
 // cost is what the frame is charged against MaxQueuedBytes: its buffer's
@@ -69,7 +77,8 @@ type peer struct {
 
 	sentFrames, sentBytes, recvFrames, recvBytes atomic.Uint64
 	dropped, reconnects, dialFailures            atomic.Uint64
-	queued                                       atomic.Int64 // mirror of qBytes for Stats
+	droppedStale                                 atomic.Uint64 // meant for another data dir
+	queued                                       atomic.Int64  // mirror of qBytes for Stats
 }
 
 func newPeer(t *Transport, id uint64, addr string) *peer {
@@ -99,6 +108,7 @@ func (p *peer) stats() PeerStats {
 		RecvFrames:   p.recvFrames.Load(),
 		RecvBytes:    p.recvBytes.Load(),
 		Dropped:      p.dropped.Load(),
+		DroppedStale: p.droppedStale.Load(),
 		Reconnects:   p.reconnects.Load(),
 		DialFailures: p.dialFailures.Load(),
 	}
@@ -113,7 +123,7 @@ func (p *peer) drop(group uint64, snap bool) {
 	}
 }
 
-func (p *peer) send(group uint64, m *raftpb.Message) {
+func (p *peer) send(group uint64, m *raftpb.Message, dir uint64) {
 	snap := m.GetType() == raftpb.MsgSnap
 	if p.state.Load() == stateDown {
 		p.drop(group, snap)
@@ -137,7 +147,7 @@ func (p *peer) send(group uint64, m *raftpb.Message) {
 		p.drop(group, snap)
 		return
 	}
-	f := frame{buf: bp, group: group, snap: snap}
+	f := frame{buf: bp, group: group, snap: snap, dir: dir}
 	cost := f.cost()
 	p.mu.Lock()
 	if p.stopped || p.state.Load() == stateDown || p.qBytes+cost > int64(p.t.cfg.MaxQueuedBytes) {
@@ -246,7 +256,7 @@ func (p *peer) run() {
 		default:
 		}
 		addr := p.address()
-		c, err := p.dial(addr)
+		c, dir, err := p.dial(addr)
 		if err != nil {
 			if p.ctx.Err() != nil {
 				return
@@ -271,7 +281,7 @@ func (p *peer) run() {
 		p.state.Store(stateConnected)
 		log.Info("connected to peer", "addr", addr)
 		connectedAt := time.Now()
-		err = p.stream(c)
+		err = p.stream(c, dir)
 		p.state.Store(stateConnecting)
 		p.mu.Lock()
 		p.conn = nil
@@ -299,33 +309,34 @@ func (p *peer) run() {
 	}
 }
 
-// dial connects to addr and runs the handshake. The connection is published
-// in p.conn so that stop can interrupt the handshake.
-func (p *peer) dial(addr string) (net.Conn, error) {
+// dial connects to addr and runs the handshake; it returns the data dir id
+// the peer presented. The connection is published in p.conn so that stop
+// can interrupt the handshake.
+func (p *peer) dial(addr string) (net.Conn, uint64, error) {
 	cfg := &p.t.cfg
 	raw, err := cfg.Dialer.DialContext(p.ctx, "tcp", addr)
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	c, err := p.t.secureDial(raw, p.id, alpnRaft)
 	if err != nil {
 		_ = raw.Close()
-		return nil, err
+		return nil, 0, err
 	}
 	p.mu.Lock()
 	if p.stopped {
 		p.mu.Unlock()
 		_ = c.Close()
-		return nil, errStopped
+		return nil, 0, errStopped
 	}
 	p.conn = c
 	p.mu.Unlock()
-	fail := func(err error) (net.Conn, error) {
+	fail := func(err error) (net.Conn, uint64, error) {
 		p.mu.Lock()
 		p.conn = nil
 		p.mu.Unlock()
 		_ = c.Close()
-		return nil, err
+		return nil, 0, err
 	}
 	_ = c.SetDeadline(time.Now().Add(cfg.HandshakeTimeout))
 	hs := handshake{
@@ -366,11 +377,13 @@ func (p *peer) dial(addr string) (net.Conn, error) {
 	}
 	p.maxFrame.Store(min(uint32(cfg.MaxFrameBytes), reply.MaxFrame))
 	_ = c.SetDeadline(time.Time{})
-	return c, nil
+	return c, reply.DirID, nil
 }
 
-// stream writes queued frames to c until an error, a stop or a redial.
-func (p *peer) stream(c net.Conn) error {
+// stream writes queued frames to c, whose end presented data dir dir, until
+// an error, a stop or a redial. A frame meant for another data dir is
+// dropped: it was decided for a process that is gone (frame.dir).
+func (p *peer) stream(c net.Conn, dir uint64) error {
 	// The stream is one-way; reading only detects the peer closing it.
 	closed := make(chan struct{})
 	go func() {
@@ -390,6 +403,7 @@ func (p *peer) stream(c net.Conn) error {
 		pendGroups   = make(map[uint64]struct{}) // groups with unflushed frames, for Unreachable
 		pendSnaps    []uint64                    // groups of unflushed MsgSnaps
 		warnedTooBig bool
+		warnedStale  bool
 	)
 	failPending := func() {
 		p.dropped.Add(pendFrames)
@@ -439,6 +453,14 @@ func (p *peer) stream(c net.Conn) error {
 			b := *f.buf
 			switch {
 			case err != nil:
+				p.drop(f.group, f.snap)
+			case f.dir != 0 && f.dir != dir && !canary.On(canary.QueueAnyDir):
+				if !warnedStale {
+					warnedStale = true
+					p.t.log.Info("dropping messages queued for another data dir of the peer (it restarted on another disk)",
+						"peer", p.id, "queued_for", fmt.Sprintf("%016x", f.dir), "presented", fmt.Sprintf("%016x", dir))
+				}
+				p.droppedStale.Add(1)
 				p.drop(f.group, f.snap)
 			case len(b)-frameHeaderLen > maxFrame:
 				if !warnedTooBig {

@@ -138,6 +138,7 @@ type PeerStats struct {
 	RecvFrames   uint64
 	RecvBytes    uint64
 	Dropped      uint64 // messages to the peer that were dropped
+	DroppedStale uint64 // of which queued for a data dir the peer no longer presents (SendTo)
 	Reconnects   uint64 // outgoing streams established after the first
 	DialFailures uint64 // failed connection attempts (dial or handshake)
 }
@@ -293,7 +294,16 @@ func (t *Transport) startPeer(p *peer) {
 // marshaled before Send returns, so the caller may reuse it. The message is
 // dropped (and Unreachable told) if the peer is unknown or down, if the
 // peer's queue is full, or if the frame would exceed MaxFrameBytes.
-func (t *Transport) Send(group uint64, m *raftpb.Message) {
+func (t *Transport) Send(group uint64, m *raftpb.Message) { t.SendTo(group, m, 0) }
+
+// SendTo is Send for a message meant for the peer's data dir dir (0: any).
+// The queue outlives connections — a message queued while the stream is
+// down goes out on the next one — and the process at the other end of the
+// next one may have restarted on an empty data dir: what the sender decided
+// for the old one (a heartbeat committing what the old disk acknowledged) is
+// not for it. Such a message is dropped (and Unreachable told) when the
+// stream it would go out on was opened to another data dir.
+func (t *Transport) SendTo(group uint64, m *raftpb.Message, dir uint64) {
 	to := m.GetTo()
 	p := (*t.peers.Load())[to]
 	if p == nil {
@@ -303,7 +313,7 @@ func (t *Transport) Send(group uint64, m *raftpb.Message) {
 		}
 		return
 	}
-	p.send(group, m)
+	p.send(group, m, dir)
 }
 
 // SetPeer adds peer id at addr to the address book, or changes its address
