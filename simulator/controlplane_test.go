@@ -34,7 +34,7 @@ func TestSimControlPlane(t *testing.T) {
 	t.Log(b.summary())
 	t.Logf("control plane over %d seeds: %v", b.seeds, total)
 	// The run exercised what it is for.
-	for _, k := range []string{"creates", "creates-after-leader-loss", "deletes", "move-done", "move-cancelled", "balancer-transfer", "leader-losses"} {
+	for _, k := range []string{"creates", "creates-after-leader-loss", "deletes", "move-done", "move-cancelled", "balancer-transfer", "leader-losses", "formers-released"} {
 		require.Positive(t, total[k], "no %s in %d seeds", k, b.seeds)
 	}
 }
