@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
 
@@ -115,20 +116,23 @@ func TestReplaceConfigServerWithLostDataDir(t *testing.T) {
 }
 
 // requireSameCatalog waits until every config server applied the same
-// commands, and compares their catalogs.
+// commands and has the same catalog (compared together: a command may be
+// applied between two reads).
 func requireSameCatalog(t *testing.T, tc *testCluster) {
 	t.Helper()
-	require.Eventually(t, func() bool {
-		a := tc.svcs[0].state.Applied()
+	var diff string
+	ok := assert.Eventually(t, func() bool {
+		dump := func(s *Service) string {
+			return fmt.Sprint(s.state.Applied(), s.state.Servers(), s.state.Streams(), s.state.Version())
+		}
+		want := dump(tc.svcs[0])
 		for _, s := range tc.svcs[1:] {
-			if s.state.Applied() != a {
+			if got := dump(s); got != want {
+				diff = want + "\n" + got
 				return false
 			}
 		}
 		return true
-	}, 10*time.Second, 50*time.Millisecond, "every config server applied the same commands")
-	want := fmt.Sprint(tc.svcs[0].state.Servers(), tc.svcs[0].state.Streams(), tc.svcs[0].state.Version())
-	for _, s := range tc.svcs[1:] {
-		require.Equal(t, want, fmt.Sprint(s.state.Servers(), s.state.Streams(), s.state.Version()))
-	}
+	}, 10*time.Second, 50*time.Millisecond)
+	require.True(t, ok, "every config server has the same catalog; last difference:\n%s", diff)
 }
