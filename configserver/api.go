@@ -68,6 +68,10 @@ func (s *Service) serveAPI() error {
 	mux.HandleFunc("GET /v1/moves", s.leaderOnly(s.listMoves))
 	mux.HandleFunc("POST /v1/moves", s.operator(s.leaderOnly(s.startMove)))
 	mux.HandleFunc("POST /v1/moves/{stream}/cancel", s.operator(s.leaderOnly(s.cancelMove)))
+	mux.HandleFunc("GET /v1/configservers", s.leaderOnly(s.listConfigServers))
+	mux.HandleFunc("POST /v1/configservers/{id}/remove", s.operator(s.leaderOnly(s.removeConfigServer)))
+	mux.HandleFunc("POST /v1/configservers/{id}/add", s.operator(s.leaderOnly(s.addConfigServer)))
+	mux.HandleFunc("POST /v1/configservers/{id}/transfer-leader", s.operator(s.leaderOnly(s.transferLeadership)))
 	mux.HandleFunc("GET /v1/balancer", s.leaderOnly(func(context.Context, *http.Request) (int, any, error) {
 		return http.StatusOK, s.bal.status(), nil
 	}))
@@ -148,7 +152,7 @@ func statusOf(err error) int {
 		return http.StatusBadRequest
 	case errors.Is(err, ErrNotFound):
 		return http.StatusNotFound
-	case errors.Is(err, ErrExists), errors.Is(err, ErrPlacement):
+	case errors.Is(err, ErrExists), errors.Is(err, ErrPlacement), errors.Is(err, ErrMembership):
 		return http.StatusConflict
 	case errors.Is(err, errForbidden):
 		return http.StatusForbidden

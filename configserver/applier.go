@@ -120,6 +120,17 @@ func (s *Service) runApplier() {
 	defer s.wg.Done()
 	for {
 		hwm, changed, ok := s.host.HighWatermark(group)
+		if ok && s.stateBehindLog() {
+			if err := s.copyState(); err != nil {
+				s.log.Warn("the state is behind the log's start (a snapshot was installed): cannot copy it yet", "err", err)
+				select {
+				case <-s.ctx.Done():
+					return
+				case <-time.After(time.Second):
+				}
+			}
+			continue
+		}
 		if ok && s.state.Applied() < hwm {
 			if err := s.applyUpTo(hwm); err != nil {
 				s.log.Error("config log: cannot apply", "err", err)

@@ -58,6 +58,9 @@ func (e *APIError) Unwrap() error {
 		if bytes.Contains([]byte(e.Msg), []byte(ErrPlacement.Error())) {
 			return ErrPlacement
 		}
+		if bytes.Contains([]byte(e.Msg), []byte(ErrMembership.Error())) {
+			return ErrMembership
+		}
 		return ErrExists
 	case http.StatusServiceUnavailable, http.StatusTemporaryRedirect:
 		return ErrNotLeader
@@ -194,4 +197,26 @@ func (c *Client) SetServerState(ctx context.Context, id uint64, state string) er
 		action = "drain"
 	}
 	return c.do(ctx, http.MethodPost, "/v1/servers/"+strconv.FormatUint(id, 10)+"/"+action, nil, nil)
+}
+
+// ConfigServers lists the config servers: their role in the group and
+// health as the leader sees them.
+func (c *Client) ConfigServers(ctx context.Context) (cs ConfigServers, err error) {
+	return cs, c.do(ctx, http.MethodGet, "/v1/configservers", nil, &cs)
+}
+
+// RemoveConfigServer removes a config server from the config servers' group.
+func (c *Client) RemoveConfigServer(ctx context.Context, id uint64) error {
+	return c.do(ctx, http.MethodPost, "/v1/configservers/"+strconv.FormatUint(id, 10)+"/remove", nil, nil)
+}
+
+// AddConfigServer adds a config server to the group (a learner, promoted
+// once caught up).
+func (c *Client) AddConfigServer(ctx context.Context, id uint64) error {
+	return c.do(ctx, http.MethodPost, "/v1/configservers/"+strconv.FormatUint(id, 10)+"/add", nil, nil)
+}
+
+// TransferConfigLeader hands the config servers' leadership to id.
+func (c *Client) TransferConfigLeader(ctx context.Context, id uint64) error {
+	return c.do(ctx, http.MethodPost, "/v1/configservers/"+strconv.FormatUint(id, 10)+"/transfer-leader", nil, nil)
 }

@@ -68,6 +68,9 @@ func (s *Service) compact(ctx context.Context) error {
 
 // checkStateCoversLog refuses a state that is behind the log's start.
 func (s *Service) checkStateCoversLog() error {
+	if s.ident.Joined {
+		return nil // a joining config server copies the state (statecopy.go)
+	}
 	if start, applied := s.slog.StartOffset(), s.state.Applied(); applied < start {
 		return fmt.Errorf("%w: state.db has applied the commands below %d, but the config log starts at %d "+
 			"(compacted): the state is older than the log; copy state.db from another config server (docs/operations.md)",

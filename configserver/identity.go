@@ -38,6 +38,7 @@ import (
 const (
 	identityFile = "identity.json"
 	peersFile    = "peers.json"
+	removedFile  = "removed.json" // config servers this one saw removed from the group
 )
 
 // ErrIdentity: the data dir belongs to another cluster or config server,
@@ -53,6 +54,10 @@ type Identity struct {
 	// it empty, or predates identities). False while founding waits for
 	// the other config servers.
 	Member bool `json:"member"`
+	// Joined: the dir joined a running group empty (it was not among
+	// its founders): its state may be copied from another config server
+	// (statecopy.go).
+	Joined bool `json:"joined,omitempty"`
 }
 
 // startMode is what the data dir is for at this start.
@@ -92,14 +97,15 @@ func (s *Service) initIdentity() (startMode, error) {
 	if names, err := os.ReadDir(filepath.Join(dir, "log")); err == nil && len(names) > 0 {
 		legacy = true
 	}
-	s.ident = Identity{ClusterID: s.cfg.ClusterID, ID: s.cfg.ID, DirID: newDirID(), Member: true}
+	s.ident = Identity{ClusterID: s.cfg.ClusterID, ID: s.cfg.ID, DirID: newDirID(), Member: true, Joined: true}
 	mode := joining
 	switch {
 	case legacy:
 		mode = initialised
+		s.ident.Joined = false
 	case s.cfg.InitialClusterState == "new":
 		mode = founding
-		s.ident.Member = false
+		s.ident.Member, s.ident.Joined = false, false
 	}
 	if err := saveJSON(dir, identityFile, s.ident); err != nil {
 		return 0, fmt.Errorf("data dir: %w", err)
@@ -126,6 +132,12 @@ type peerDirs struct {
 	dir string
 	mu  sync.Mutex
 	ids map[uint64]uint64
+	// removed are the config servers this one applied a membership
+	// without (removed.json): their data dir was forgotten, and a new
+	// one they present joins the group, never founds it.
+	removed map[uint64]bool
+	// refused is the data dir each config server was last refused with.
+	refused map[uint64]uint64
 }
 
 func loadPeerDirs(dir string) (*peerDirs, error) {
@@ -133,7 +145,14 @@ func loadPeerDirs(dir string) (*peerDirs, error) {
 	if _, err := readJSON(filepath.Join(dir, peersFile), &raw); err != nil {
 		return nil, err
 	}
-	p := &peerDirs{dir: dir, ids: map[uint64]uint64{}}
+	p := &peerDirs{dir: dir, ids: map[uint64]uint64{}, removed: map[uint64]bool{}, refused: map[uint64]uint64{}}
+	var removed []uint64
+	if _, err := readJSON(filepath.Join(dir, removedFile), &removed); err != nil {
+		return nil, err
+	}
+	for _, id := range removed {
+		p.removed[id] = true
+	}
 	for k, v := range raw {
 		id, err := strconv.ParseUint(k, 10, 64)
 		if err != nil || id == 0 || v == 0 {
@@ -155,10 +174,12 @@ func (p *peerDirs) check(node, dirID uint64) error {
 	case dirID == 0:
 		return nil // a config server from before data dir identities (a rolling upgrade): nothing to check
 	case ok && known == dirID:
+		delete(p.refused, node)
 		return nil
 	case ok:
+		p.refused[node] = dirID
 		return fmt.Errorf("%w: config server %d presents data dir %016x, but this config server knows it with data dir %016x: "+
-			"it lost its data dir and must be replaced (docs/operations.md, replacing a config server)", ErrIdentity, node, dirID, known)
+			"it lost its data dir and must be replaced: vdlctl configserver remove %d, then add %d (docs/operations.md, replacing a config server)", ErrIdentity, node, dirID, known, node, node)
 	}
 	p.ids[node] = dirID
 	if err := p.saveLocked(); err != nil {
@@ -208,10 +229,22 @@ func (s *Service) foundWhenPeersAccept() {
 			}
 		}
 		if len(missing) == 0 {
-			if err := s.found(); err != nil {
-				s.log.Error("cannot found the config servers' group", "err", err)
+			join, why, err := s.askFounding()
+			switch {
+			case err != nil:
+				missing = append(missing, 0)
+				s.log.Debug("founding: asking the other config servers", "err", err)
+			case join:
+				if err := s.join(why); err != nil {
+					s.log.Error("cannot join the config servers' group", "err", err)
+				}
+				return
+			default:
+				if err := s.found(); err != nil {
+					s.log.Error("cannot found the config servers' group", "err", err)
+				}
+				return
 			}
-			return
 		}
 		if time.Since(warned) > 10*time.Second {
 			warned = time.Now()

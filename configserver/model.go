@@ -55,7 +55,8 @@ type Stream struct {
 	Founders []uint64 `json:"founders,omitempty"`
 	// Former are the servers that were replicas and left it (a move's
 	// source once done, a cancelled move's target): no move takes the
-	// stream back to one (FormerReplica).
+	// stream back to one (FormerReplica) until it is released
+	// (ReleasedFormers).
 	Former []uint64 `json:"former,omitempty"`
 	// PreferredDC is where its leader should be ("" : anywhere).
 	PreferredDC    string `json:"preferred_dc,omitempty"`
@@ -178,12 +179,13 @@ func (st Stream) FoundingVoters() []uint64 {
 // its removal (partitioned, with an older membership) could win its vote
 // — its log, and what it acknowledged, forgotten — and overwrite committed
 // entries. The simulator found it (seed 28 with -sim.controlplane and more
-// cancels). Until a rejoining replica is told apart from its earlier
-// self, moves go to servers new to the stream.
+// cancels). A former replica is released (formers.go) once its copy is
+// gone and no replica's membership counts it any more.
 func (st Stream) FormerReplica(id uint64) error {
 	if slices.Contains(st.Former, id) {
 		return fmt.Errorf("%w: server %d was a replica of %s and left it: a stream does not move back to a server it left "+
-			"(it would rejoin with an empty log that a stale replica could count); choose another server", ErrInvalid, id, st.Name)
+			"until its copy is gone and no replica's membership counts it (it would rejoin with an empty log that a stale replica could count): "+
+			"retry once the config servers released it (vdlctl ops: former-released), or choose another server", ErrInvalid, id, st.Name)
 	}
 	return nil
 }

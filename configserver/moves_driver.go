@@ -109,6 +109,7 @@ func (s *Service) driveMoves(ctx context.Context, now time.Time) {
 		}
 	}
 	s.removeOrphans(ctx)
+	s.releaseFormers(ctx, now)
 	s.drain(ctx, now, active)
 }
 

@@ -284,7 +284,7 @@ func (s *Service) runLeaderDuties() {
 		leading := s.noteLeadership()
 		if leading {
 			ctx, cancel := context.WithTimeout(s.ctx, 5*time.Second)
-			if err := errors.Join(s.ensureOffsetsStream(ctx), s.purgeStopped(ctx), s.compact(ctx)); err != nil && s.ctx.Err() == nil {
+			if err := errors.Join(s.ensureOffsetsStream(ctx), s.purgeStopped(ctx), s.compact(ctx), s.promoteLearners(ctx)); err != nil && s.ctx.Err() == nil {
 				s.log.Warn("config server duties", "err", err)
 			}
 			if now := time.Now(); now.Sub(lastBalance) >= time.Second {

@@ -151,6 +151,8 @@ type Service struct {
 	soft       *softState   // the leader's view of the servers (reports)
 	bal        *balancer    // the leader's balancing state
 	serverHTTP *http.Client // to the servers' admin API
+	peerHTTP   *http.Client // to the other config servers' raft listener
+	memberMu   sync.Mutex   // one membership change at a time (members.go)
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -269,6 +271,7 @@ func (s *Service) startRaft() error {
 		Logger:         s.log.With("component", "transport"),
 		DirID:          s.ident.DirID,
 		CheckPeer:      s.peers.check,
+		HTTP:           s.peerMux(),
 	}
 	if s.pool != nil {
 		tc.TLSServer = &tls.Config{Certificates: []tls.Certificate{s.cert}, ClientCAs: s.pool, MinVersion: tls.VersionTLS13}
@@ -279,11 +282,14 @@ func (s *Service) startRaft() error {
 		tc.PeerID = pki.ConfigServerID
 	}
 	s.tr = transport.New(tc)
+	s.peerHTTP = s.newPeerHTTP()
 	s.host = raftnode.NewHost(raftnode.HostConfig{
 		Core:         raftnode.Config{ID: s.cfg.ID, ElectionTick: 10, HeartbeatTick: 1},
 		TickInterval: time.Duration(s.cfg.TickMs) * time.Millisecond,
 		Sender:       s.tr,
 		Logger:       s.log,
+		Fetch:        s.fetchEntries,
+		OnMembership: s.onMembership,
 	})
 	if s.mode == founding {
 		if err := s.tr.Start(); err != nil {

@@ -273,6 +273,8 @@ func apply(tx *bolt.Tx, index uint64, c Command) (Outcome, bool) {
 		detail, err = applyMoveCancel(tx, c)
 	case CmdMoveEnd:
 		detail, err = applyMoveEnd(tx, c)
+	case CmdFormerReleased:
+		detail, err = applyFormerReleased(tx, c)
 	default:
 		err = fmt.Errorf("%w: unknown command %q", ErrInvalid, c.Kind)
 	}

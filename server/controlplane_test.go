@@ -43,6 +43,13 @@ func newControlledClusterWith(t testing.TB, mod func(*Config), dcs ...string) (*
 // newControlledClusterOn is newControlledClusterWith with the servers'
 // data dirs on the given file systems (nil: the OS's).
 func newControlledClusterOn(t testing.TB, fss []vfs.FS, mod func(*Config), dcs ...string) (*testCluster, []*configserver.Service) {
+	return newControlledClusterCS(t, fss, nil, mod, dcs...)
+}
+
+// newControlledClusterCS is newControlledClusterOn with the config servers'
+// configuration changed by csMod; their configurations are kept in the
+// cluster's csCfgs.
+func newControlledClusterCS(t testing.TB, fss []vfs.FS, csMod func(*configserver.Config), mod func(*Config), dcs ...string) (*testCluster, []*configserver.Service) {
 	dir := t.TempDir()
 	certs := filepath.Join(dir, "certs")
 	require.NoError(t, pki.EnsureDir(certs, "test", []uint64{1, 2, 3, 4}, []uint64{1, 2, 3}, []string{"127.0.0.1"}, []string{"admin"}))
@@ -55,13 +62,18 @@ func newControlledClusterOn(t testing.TB, fss []vfs.FS, mod func(*Config), dcs .
 		peers, apis = append(peers, p), append(apis, p.API)
 	}
 	var svcs []*configserver.Service
+	var csCfgs []configserver.Config
 	for _, p := range peers {
-		s, err := configserver.Start(configserver.Config{ID: p.ID, ClusterID: "test", DataDir: filepath.Join(dir, fmt.Sprintf("cs%d", p.ID)),
+		cfg := configserver.Config{ID: p.ID, ClusterID: "test", DataDir: filepath.Join(dir, fmt.Sprintf("cs%d", p.ID)),
 			RaftListen: p.Raft, APIListen: p.API, Peers: peers, TickMs: controlledTickMs, DownAfterMs: controlledDownAfterMs, BalanceAfterMs: controlledBalanceAfterMs,
 			CAFile: filepath.Join(certs, "ca.crt"), CertFile: filepath.Join(certs, fmt.Sprintf("config%d.crt", p.ID)),
-			KeyFile: filepath.Join(certs, fmt.Sprintf("config%d.key", p.ID)), TokenFile: filepath.Join(certs, "admin.token")}, csLogger())
+			KeyFile: filepath.Join(certs, fmt.Sprintf("config%d.key", p.ID)), TokenFile: filepath.Join(certs, "admin.token")}
+		if csMod != nil {
+			csMod(&cfg)
+		}
+		s, err := configserver.Start(cfg, csLogger())
 		require.NoError(t, err)
-		svcs = append(svcs, s)
+		svcs, csCfgs = append(svcs, s), append(csCfgs, cfg)
 	}
 	t.Cleanup(func() {
 		for _, s := range svcs {
@@ -85,6 +97,7 @@ func newControlledClusterOn(t testing.TB, fss []vfs.FS, mod func(*Config), dcs .
 		}
 	})
 	c.certs = certs // the clients' CA and token: the config servers'
+	c.csCfgs = csCfgs
 	return c, svcs
 }
 

@@ -18,6 +18,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/vdl-project/vdl/configserver"
 	"github.com/vdl-project/vdl/internal/pki"
 	"github.com/vdl-project/vdl/internal/testnet"
 	"github.com/vdl-project/vdl/vfs"
@@ -32,8 +33,9 @@ type testCluster struct {
 	t       testing.TB
 	cfgs    []Config
 	servers []*Server
-	fss     []vfs.FS // nil: the OS file system
-	certs   string   // the cluster's certificates and admin token (pki.EnsureDir)
+	fss     []vfs.FS              // nil: the OS file system
+	certs   string                // the cluster's certificates and admin token (pki.EnsureDir)
+	csCfgs  []configserver.Config // a controlled cluster's config servers
 }
 
 func newTestCluster(t testing.TB, segment int64) *testCluster {

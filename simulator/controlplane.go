@@ -50,7 +50,7 @@ var (
 
 // cpCmd is one replicated command of the config servers.
 type cpCmd struct {
-	kind     string // create, delete, move-start, move-step, move-cancel, move-end, purge
+	kind     string // create, delete, move-start, move-step, move-cancel, move-end, purge, former-released
 	name     string
 	stream   configserver.Stream // create: as placed by the leader
 	group    uint64              // purge
@@ -98,6 +98,7 @@ type controlPlane struct {
 	founded  map[[2]uint64]int   // (node, group) -> bootstraps
 	bootedAs map[uint64][]uint64 // group -> the voters its first founder bootstrapped it with
 	counts   map[string]int
+	released map[string]bool // "stream/node": a former replica released (moves back to it are counted)
 	healedAt int64
 }
 
@@ -117,7 +118,8 @@ func newControlPlane(s *Sim) *controlPlane {
 		streams: map[string]*configserver.Stream{}, tombs: map[uint64]*configserver.Stream{}, moves: map[string]*configserver.Move{},
 		nextGroup: cpFirstGroup, heard: map[uint64]int64{}, reports: map[uint64]map[uint64]configserver.GroupReport{},
 		leaders: map[uint64]uint64{}, mem: newBalanceMemory(), recording: map[string]bool{}, changing: map[uint64]int64{},
-		creates: map[string]*cpCreate{}, founded: map[[2]uint64]int{}, bootedAs: map[uint64][]uint64{}, counts: map[string]int{}}
+		creates: map[string]*cpCreate{}, founded: map[[2]uint64]int{}, bootedAs: map[uint64][]uint64{}, counts: map[string]int{},
+		released: map[string]bool{}}
 }
 
 func newBalanceMemory() configserver.BalanceMemory {
@@ -278,9 +280,21 @@ func (c *controlPlane) apply(cmd cpCmd) error {
 		if err := st.FormerReplica(cmd.to); err != nil && c.s.cfg.cpBreak != "move-back" {
 			return err
 		}
+		if c.released[fmt.Sprintf("%s/%d", cmd.name, cmd.to)] {
+			c.counts["move-back"]++ // to a server the stream left, released since
+		}
 		st.Replicas, st.Dirs = append(slices.Clone(st.Replicas), cmd.to), append(slices.Clone(st.Dirs), 0)
 		c.moves[cmd.name] = &configserver.Move{Stream: st.Name, Group: st.Group, From: cmd.from, To: cmd.to,
 			Step: configserver.StepAddLearner, State: configserver.MoveActive}
+	case "former-released":
+		st, ok := c.streams[cmd.name]
+		if !ok || !slices.Contains(st.Former, cmd.to) {
+			return fmt.Errorf("%w: n%d is not a former replica of %s", configserver.ErrNotFound, cmd.to, cmd.name)
+		}
+		st.Former = slices.DeleteFunc(slices.Clone(st.Former), func(id uint64) bool { return id == cmd.to })
+		c.released[fmt.Sprintf("%s/%d", cmd.name, cmd.to)] = true
+		c.counts["formers-released"]++
+		c.s.w.record("config: n%d no longer a former replica of %s", cmd.to, cmd.name)
 	case "move-step", "move-cancel", "move-end":
 		m := c.moves[cmd.name]
 		st := c.streams[cmd.name]

@@ -72,6 +72,7 @@ func (c *controlPlane) round() {
 	}
 	c.driveMoves()
 	c.removeOrphans()
+	c.releaseFormers()
 	c.balance()
 	c.purge()
 }
@@ -345,6 +346,49 @@ func (c *controlPlane) removeOrphans() {
 		if o := configserver.Orphans(*st, rep); len(o) > 0 {
 			c.memberChange(l, st.Group, name, server.Remove, o[0])
 		}
+	}
+}
+
+// releaseFormers releases the former replicas that no longer count
+// (configserver.ReleasedFormers: the copy gone, no membership with it), as
+// the production driver does; a move may then take the stream back.
+func (c *controlPlane) releaseFormers() {
+	s := c.s
+	for _, name := range slices.Sorted(maps.Keys(c.streams)) {
+		st := c.streams[name]
+		key := "former/" + name
+		if len(st.Former) == 0 || c.moving(st.Group) || c.recording[key] {
+			continue
+		}
+		views := map[uint64]configserver.GroupView{}
+		for _, n := range s.nodes {
+			t, ok := c.heard[n.id]
+			v := configserver.GroupView{Heard: ok && s.w.now-t < int64(cpDownAfter)}
+			if r, ok := c.reports[n.id][st.Group]; ok {
+				v.Hosts, v.Members = true, append(slices.Clone(r.Voters), r.Learners...)
+			}
+			views[n.id] = v
+		}
+		rel := configserver.ReleasedFormers(*st, false, views)
+		if s.cfg.cpBreak == "release-early" {
+			rel = nil
+			for _, x := range st.Former {
+				if v := views[x]; v.Heard && !v.Hosts {
+					rel = append(rel, x)
+				}
+			}
+		}
+		if len(rel) == 0 {
+			continue
+		}
+		c.recording[key] = true
+		term := c.term
+		c.propose(cpCmd{kind: "former-released", name: name, to: rel[0]}, func(err error) {
+			if c.term == term {
+				delete(c.recording, key)
+			}
+			s.w.record("config: former-released %s n%d: %v", name, rel[0], err)
+		})
 	}
 }
 

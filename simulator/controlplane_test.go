@@ -34,7 +34,7 @@ func TestSimControlPlane(t *testing.T) {
 	t.Log(b.summary())
 	t.Logf("control plane over %d seeds: %v", b.seeds, total)
 	// The run exercised what it is for.
-	for _, k := range []string{"creates", "creates-after-leader-loss", "deletes", "move-done", "move-cancelled", "balancer-transfer", "leader-losses"} {
+	for _, k := range []string{"creates", "creates-after-leader-loss", "deletes", "move-done", "move-cancelled", "balancer-transfer", "leader-losses", "formers-released"} {
 		require.Positive(t, total[k], "no %s in %d seeds", k, b.seeds)
 	}
 }
@@ -70,8 +70,9 @@ func TestSimControlPlaneChecksFail(t *testing.T) {
 // from n3 to n5, then back to n3, which rejoins the group with an empty
 // log while n1, cut off through the first move, still counts n3 a voter
 // under an older membership: n1 wins n3's vote and overwrites committed
-// entries (lost writes, diverging replicas). Moves no longer go back to a
-// server the stream left (configserver.Stream.FormerReplica). The seed
+// entries (lost writes, diverging replicas). Moves go back to a server the
+// stream left only once it is released (configserver.ReleasedFormers: its
+// copy gone, no replica's membership with it). The seed
 // runs without quiescence, as when it was found: with it, the run takes
 // another course, where the broken variant stalls instead.
 func TestSimControlPlaneMoveBackRegression(t *testing.T) {

@@ -54,7 +54,9 @@ type Config struct {
 	// groups' data stays), "found-with-replicas" (a founder bootstraps
 	// with the current replicas, as servers did before Stream.Founders),
 	// "orphans" (a cancelled move's target left a member), "move-back"
-	// (moves may take a stream back to a server it left).
+	// (moves may take a stream back to a server it left), "release-early"
+	// (a former replica is released as soon as its copy is gone, whatever
+	// the replicas' memberships).
 	cpBreak string
 	// NoBuggify switches every BUGGIFY site off.
 	NoBuggify bool
