@@ -288,14 +288,14 @@ func (s *Server) hostAssigned(scs ...StreamConfig) error {
 	var errs []error
 	var opened []*stream
 	var founding []bool
+	s.mu.Lock()
+	open := make(map[uint64]bool, len(s.opened)) // one set, not a scan per stream: answers carry every stream
+	for _, st := range s.opened {
+		open[st.cfg.ID] = true
+	}
+	s.mu.Unlock()
 	for _, sc := range scs {
-		if !containsID(sc.Replicas, s.cfg.NodeID) {
-			continue
-		}
-		s.mu.Lock()
-		open := slices.ContainsFunc(s.opened, func(st *stream) bool { return st.cfg.ID == sc.ID })
-		s.mu.Unlock()
-		if open {
+		if !containsID(sc.Replicas, s.cfg.NodeID) || open[sc.ID] {
 			continue
 		}
 		if s.space.Low() {

@@ -6,9 +6,12 @@ import (
 	"fmt"
 	"io/fs"
 	"math/rand/v2"
+	"net/http"
+	_ "net/http/pprof"
 	"os"
 	"path/filepath"
 	"runtime"
+	"runtime/pprof"
 	"slices"
 	"strconv"
 	"strings"
@@ -67,6 +70,9 @@ func benchCluster(b *testing.B, dcs ...string) (*testCluster, *configserver.Clie
 }
 
 func benchStreams(b *testing.B, n int) {
+	if addr := os.Getenv("VDL_BENCH_PPROF"); addr != "" { // look inside a long run: go tool pprof http://addr/debug/pprof/profile
+		go func() { _ = http.ListenAndServe(addr, nil) }()
+	}
 	c, cc := benchCluster(b)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
 	defer cancel()
@@ -95,8 +101,10 @@ func benchStreams(b *testing.B, n int) {
 	waitLed(b, c, n+hotStreams+1, start)
 	led := time.Since(start)
 	time.Sleep(5 * time.Second) // elections settle, groups quiesce
+	stopProfile := profileIdle(b)
 	cpu0, t0 := processCPU(b), time.Now()
 	time.Sleep(10 * time.Second)
+	stopProfile()
 	idleCPU := (processCPU(b) - cpu0).Seconds() / time.Since(t0).Seconds() / 3
 	heapPer := float64(heapInUse()-heap0) / float64(3*n)
 	diskPer := float64(c.diskUsed(b)-disk0) / float64(3*n)
@@ -340,6 +348,22 @@ func (c *testCluster) diskUsed(b *testing.B) int64 {
 		require.NoError(b, err)
 	}
 	return total
+}
+
+// profileIdle writes a CPU profile of the idle window to the file
+// VDL_BENCH_CPUPROFILE names (none if unset): what idle streams cost.
+func profileIdle(b *testing.B) (stop func()) {
+	path := os.Getenv("VDL_BENCH_CPUPROFILE")
+	if path == "" {
+		return func() {}
+	}
+	f, err := os.Create(path)
+	require.NoError(b, err)
+	require.NoError(b, pprof.StartCPUProfile(f))
+	return func() {
+		pprof.StopCPUProfile()
+		require.NoError(b, f.Close())
+	}
 }
 
 // heapInUse is the heap in use after a collection.
