@@ -54,7 +54,7 @@ func TestCatalogCacheEqualsTheDatabaseAfterEveryCommand(t *testing.T) {
 		{Kind: CmdDelete, Name: "s39"},
 		{Kind: CmdCreate, Spec: &StreamSpec{Name: "s00"}, Replicas: []uint64{1, 2, 3}},
 		{Kind: CmdPurge, Name: "s00", Node: groups[0]},
-		{Kind: CmdDelete, Name: "nope"},                                               // fails: nothing changes
+		{Kind: CmdDelete, Name: "nope"},                                                // fails: nothing changes
 		{Kind: CmdCreate, Spec: &StreamSpec{Name: "s01"}, Replicas: []uint64{1, 2, 3}}, // exists
 	}
 	for _, c := range cmds {
