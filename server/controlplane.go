@@ -248,7 +248,7 @@ func (s *Server) applyAssignment(a configserver.Assignment, save bool) error {
 		a.Leaders = nil
 		errs = append(errs, writeFile(s.fs, s.cfg.DataDir, assignmentFile, a))
 	}
-	return errors.Join(errs...)
+	return joinFew(errs)
 }
 
 // streamConfigOf is an assigned stream as this server hosts it: founded
@@ -275,6 +275,18 @@ func (s *Server) updateHosted(streams []StreamConfig) {
 			st.cfg.RetentionMs, st.cfg.RetentionBytes, st.cfg.PreferredDC = sc.RetentionMs, sc.RetentionBytes, sc.PreferredDC
 		}
 	}
+}
+
+// joinFew joins errs, naming at most the first three and counting the
+// rest: an answer about thousands of streams can fail for each of them,
+// and a log line with thousands of errors costs more than it tells.
+func joinFew(errs []error) error {
+	errs = slices.DeleteFunc(slices.Clone(errs), func(err error) bool { return err == nil })
+	const shown = 3
+	if len(errs) <= shown {
+		return errors.Join(errs...)
+	}
+	return fmt.Errorf("%w\n(and %d more)", errors.Join(errs[:shown]...), len(errs)-shown)
 }
 
 // errDiskLow: the data dir is short of space (storage.Space).

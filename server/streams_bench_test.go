@@ -76,6 +76,9 @@ func benchStreams(b *testing.B, n int) {
 	c, cc := benchCluster(b)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
 	defer cancel()
+	if os.Getenv("VDL_BENCH_DEBUG") != "" {
+		go c.debugEvery(ctx, 5*time.Second)
+	}
 
 	var hot []string
 	for i := range hotStreams {
@@ -348,6 +351,31 @@ func (c *testCluster) diskUsed(b *testing.B) int64 {
 		require.NoError(b, err)
 	}
 	return total
+}
+
+// debugEvery prints, every d, each server's groups by role, the highest
+// term, and its transport's drops and queues: what a long run is doing.
+func (c *testCluster) debugEvery(ctx context.Context, d time.Duration) {
+	for ctx.Err() == nil {
+		time.Sleep(d)
+		for i, s := range c.servers {
+			if s == nil {
+				continue
+			}
+			roles := map[string]int{}
+			var maxTerm uint64
+			for _, gs := range s.host.Statuses() {
+				roles[gs.Role]++
+				maxTerm = max(maxTerm, gs.Term)
+			}
+			var tr []string
+			for id, ps := range s.transport.Stats() {
+				tr = append(tr, fmt.Sprintf("to %d: dropped %d queued %d sent %d", id, ps.Dropped, ps.QueuedBytes, ps.SentFrames))
+			}
+			slices.Sort(tr)
+			fmt.Fprintf(os.Stderr, "debug: server %d roles %v max term %d; %s\n", i+1, roles, maxTerm, strings.Join(tr, "; "))
+		}
+	}
 }
 
 // profileIdle writes a CPU profile of the idle window to the file
