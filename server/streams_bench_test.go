@@ -370,7 +370,7 @@ func (c *testCluster) debugEvery(ctx context.Context, d time.Duration) {
 			}
 			var tr []string
 			for id, ps := range s.transport.Stats() {
-				tr = append(tr, fmt.Sprintf("to %d: dropped %d queued %d sent %d", id, ps.Dropped, ps.QueuedBytes, ps.SentFrames))
+				tr = append(tr, fmt.Sprintf("to %d: dropped %d queued %d sent %d reconnects %d dial failures %d", id, ps.Dropped, ps.QueuedBytes, ps.SentFrames, ps.Reconnects, ps.DialFailures))
 			}
 			slices.Sort(tr)
 			fmt.Fprintf(os.Stderr, "debug: server %d roles %v max term %d; %s\n", i+1, roles, maxTerm, strings.Join(tr, "; "))
