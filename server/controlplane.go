@@ -277,6 +277,13 @@ func (s *Server) updateHosted(streams []StreamConfig) {
 	}
 }
 
+// concurrentOpens is how many newly assigned streams a server opens at
+// once. Opening one is a few small writes and fsyncs (its files, its
+// meta, its bootstrap); one at a time, a server opened about 60 a second
+// and fell minutes behind 10,000 creates, while the disk syncs many files
+// at once nearly as fast as one.
+const concurrentOpens = 16
+
 // joinFew joins errs, naming at most the first three and counting the
 // rest: an answer about thousands of streams can fail for each of them,
 // and a log line with thousands of errors costs more than it tells.
@@ -298,6 +305,7 @@ var errDiskLow = errors.New("disk short of space")
 // whole per stream: quadratic in the streams created at once).
 func (s *Server) hostAssigned(scs ...StreamConfig) error {
 	var errs []error
+	var todo []StreamConfig
 	var opened []*stream
 	var founding []bool
 	s.mu.Lock()
@@ -318,12 +326,40 @@ func (s *Server) hostAssigned(scs ...StreamConfig) error {
 			errs = append(errs, fmt.Errorf("stream %s (group %d) not opened here: %w", sc.Name, sc.ID, errDiskLow))
 			continue
 		}
-		st, f, err := s.openStream(sc, initialised)
-		if err != nil {
-			errs = append(errs, err)
+		todo = append(todo, sc)
+	}
+	type result struct {
+		st       *stream
+		founding bool
+		err      error
+	}
+	results := make([]result, len(todo))
+	work := make(chan int)
+	var wg sync.WaitGroup
+	for range min(concurrentOpens, len(todo)) {
+		wg.Go(func() {
+			for i := range work {
+				st, f, err := s.openStream(todo[i], initialised)
+				results[i] = result{st, f, err}
+			}
+		})
+	}
+	for i := range todo {
+		work <- i
+	}
+	close(work)
+	wg.Wait()
+	for _, r := range results { // in the answer's order
+		if r.err != nil {
+			errs = append(errs, r.err)
 			continue
 		}
-		opened, founding = append(opened, st), append(founding, f)
+		opened, founding = append(opened, r.st), append(founding, r.founding)
+	}
+	if len(opened) > 0 {
+		s.mu.Lock()
+		slices.Sort(s.ident.Streams) // opened in any order: saved in one
+		s.mu.Unlock()
 	}
 	if len(opened) == 0 {
 		return errors.Join(errs...)
