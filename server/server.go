@@ -208,6 +208,10 @@ func newServer(cfg Config, logger *slog.Logger, fsys vfs.FS) (*Server, error) {
 			s.Close()
 			return nil, err
 		}
+		// Its active segment goes to the file cache at once: a server
+		// restarting with 10,000 streams otherwise held a descriptor per
+		// stream until the first parking round, and ran out of them.
+		st.log.Park()
 		if founding {
 			waiting = append(waiting, st)
 		} else if err := s.hostStream(st); err != nil {
