@@ -261,11 +261,7 @@ func (s *Service) leaderReport(group uint64) (Server, GroupReport, bool) {
 	l, ok := s.leadersLocked()[group]
 	var rep GroupReport
 	if ok {
-		for _, g := range s.soft.reports[l].report.Groups {
-			if g.Group == group {
-				rep = g
-			}
-		}
+		rep, _ = s.soft.reports[l].group(group)
 	}
 	s.soft.mu.Unlock()
 	if !ok {

@@ -86,12 +86,43 @@ type softState struct {
 	leaderSince time.Time // zero: not the leader
 	term        uint64    // the term this server leads in
 	reports     map[uint64]heard
-	moveNotes   map[string]string // stream -> why its move waits
+	// leaders is each group's reported leader, derived from reports when
+	// asked after one arrived (nil: not derived yet); shared, read-only.
+	// Every report, move step and orphan check asks: derived per ask, it
+	// made them quadratic in the streams (10,000 streams took servers
+	// down: their reports were answered too late).
+	leaders   map[uint64]uint64
+	moveNotes map[string]string // stream -> why its move waits
 }
 
+// heard is a server's latest report, with its groups indexed.
 type heard struct {
 	at     time.Time
 	report Report
+	groups map[uint64]int // group -> index in report.Groups
+}
+
+func newHeard(at time.Time, r Report) heard {
+	h := heard{at: at, report: r, groups: make(map[uint64]int, len(r.Groups))}
+	for i, g := range r.Groups {
+		h.groups[g.Group] = i
+	}
+	return h
+}
+
+// group is what the report says of group.
+func (h heard) group(group uint64) (GroupReport, bool) {
+	i, ok := h.groups[group]
+	if !ok {
+		return GroupReport{}, false
+	}
+	return h.report.Groups[i], true
+}
+
+// setReport keeps a server's latest report.
+func (s *softState) setReport(id uint64, h heard) {
+	s.reports[id] = h
+	s.leaders = nil
 }
 
 func newSoftState() *softState { return &softState{reports: map[uint64]heard{}} }
@@ -154,8 +185,12 @@ func (s *Service) serverStatuses(now time.Time) []ServerStatus {
 }
 
 // leadersLocked is each group's leader as reported: by the replica
-// reporting itself leader at the highest term.
+// reporting itself leader at the highest term. The map is shared: read it,
+// never change it.
 func (s *Service) leadersLocked() map[uint64]uint64 {
+	if s.soft.leaders != nil {
+		return s.soft.leaders
+	}
 	best := map[uint64]GroupReport{}
 	for _, h := range s.soft.reports {
 		for _, g := range h.report.Groups {
@@ -164,10 +199,11 @@ func (s *Service) leadersLocked() map[uint64]uint64 {
 			}
 		}
 	}
-	out := map[uint64]uint64{}
+	out := make(map[uint64]uint64, len(best))
 	for g, r := range best {
 		out[g] = r.Leader
 	}
+	s.soft.leaders = out
 	return out
 }
 
@@ -191,13 +227,13 @@ func (s *Service) handleReport(ctx context.Context, r Report) (Assignment, error
 	}
 	now := time.Now()
 	s.soft.mu.Lock()
-	s.soft.reports[r.Server.ID] = heard{at: now, report: r}
+	s.soft.setReport(r.Server.ID, newHeard(now, r))
 	leaders := s.leadersLocked()
-	views := map[uint64]GroupReport{}
-	for g, l := range leaders {
-		for _, gr := range s.soft.reports[l].report.Groups {
-			if gr.Group == g {
-				views[g] = gr
+	views := map[uint64]GroupReport{} // the leader's view of the groups this server reports
+	for _, g := range r.Groups {
+		if l, ok := leaders[g.Group]; ok {
+			if gr, ok := s.soft.reports[l].group(g.Group); ok {
+				views[g.Group] = gr
 			}
 		}
 	}
@@ -235,8 +271,17 @@ func (s *Service) handleReport(ctx context.Context, r Report) (Assignment, error
 // leader's view decides.)
 func orphans(server uint64, groups []GroupReport, streams []Stream, next uint64, leaderView func(group uint64) (GroupReport, bool)) []uint64 {
 	var out []uint64
+	byGroup := make(map[uint64]int, len(streams))
+	for i, st := range streams {
+		if _, dup := byGroup[st.Group]; !dup {
+			byGroup[st.Group] = i
+		}
+	}
 	for _, g := range groups {
-		i := slices.IndexFunc(streams, func(st Stream) bool { return st.Group == g.Group })
+		i, ok := byGroup[g.Group]
+		if !ok {
+			i = -1
+		}
 		switch {
 		case i >= 0 && streams[i].State == StreamActive && !slices.Contains(streams[i].Replicas, server):
 			if l, ok := leaderView(g.Group); ok && !slices.Contains(l.Voters, server) && !slices.Contains(l.Learners, server) {
@@ -308,7 +353,7 @@ func (s *Service) noteLeadership() bool {
 	switch {
 	case leading && (s.soft.leaderSince.IsZero() || s.soft.term != st.Term):
 		s.soft.leaderSince, s.soft.term = time.Now(), st.Term
-		s.soft.reports = map[uint64]heard{}
+		s.soft.reports, s.soft.leaders = map[uint64]heard{}, nil
 		s.log.Info("leading the config servers", "term", st.Term)
 	case !leading:
 		s.soft.leaderSince = time.Time{}

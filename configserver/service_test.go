@@ -2,9 +2,11 @@ package configserver
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -266,4 +268,35 @@ func TestConfigServerMetrics(t *testing.T) {
 		out, err := cmd.CombinedOutput()
 		require.NoError(t, err, "%s", out)
 	}
+}
+
+// A server hosting thousands of groups reports them all: its report is
+// larger than other requests may be (1 MiB) and must still be heard, or
+// the server is marked down and its new streams never reach it.
+func TestLargeReportIsHeard(t *testing.T) {
+	tc := startConfigServers(t)
+	cl := NewClient(tc.addrs, false, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	tc.leader()
+	var groups []GroupReport
+	for g := range uint64(12000) {
+		groups = append(groups, GroupReport{Group: firstStreamGroupID + g, Role: roleLeader, Leader: 1, Term: 3, Commit: 10, Applied: 10,
+			Voters: []uint64{1, 2, 3}, Followers: []FollowerReport{{ID: 2, Match: 10, Active: true}, {ID: 3, Match: 10, Active: true}}})
+	}
+	rep := report(1, "a", groups...)
+	b, err := json.Marshal(rep)
+	require.NoError(t, err)
+	require.Greater(t, len(b), maxBody, "the report must be larger than other requests may be")
+	_, err = cl.Report(ctx, rep)
+	require.NoError(t, err)
+}
+
+// A body over the limit is refused saying so.
+func TestBodyOverItsLimitIsRefusedSayingSo(t *testing.T) {
+	r := httptest.NewRequest(http.MethodPost, "/v1/report", strings.NewReader(`{"server":{"id":1},"groups":[`+strings.Repeat(`{"group":1},`, 100)+`]}`))
+	var rep Report
+	err := decodeBodyUpTo(r, &rep, 64)
+	require.ErrorIs(t, err, ErrInvalid)
+	require.ErrorContains(t, err, "request body larger than 64 bytes")
 }

@@ -1,13 +1,11 @@
 package configserver
 
 import (
-	"bytes"
 	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
-	"sync"
 
 	bolt "go.etcd.io/bbolt"
 )
@@ -116,26 +114,8 @@ const keepOutcomes = 4096
 
 // State is the replicated state machine on a bbolt database.
 type State struct {
-	db *bolt.DB
-	// cache holds the decoded servers and streams until the next Apply:
-	// every report reads the whole catalog, and decoding thousands of
-	// streams from bbolt each time was most of a config server's work.
-	// After an Apply only the records whose bytes changed are decoded
-	// again: every create changes the catalog, and decoding all of it per
-	// create made creating N streams take time in N² (10,000: minutes).
-	cache struct {
-		sync.Mutex
-		valid   bool
-		servers []Server
-		streams []Stream
-		raw     map[string]decoded // by bucket and key
-	}
-}
-
-// decoded is a catalog record's bytes and what they decoded to.
-type decoded struct {
-	raw []byte
-	v   any // Server or Stream
+	db    *bolt.DB
+	cache catalogCache // the servers and streams decoded (catalog.go)
 }
 
 // OpenState opens (creating) the state database.
@@ -194,8 +174,10 @@ func (s *State) Version() (v int64) {
 // restart replays the log from Applied safely. A malformed command is an
 // outcome, never a failure: the log is the truth, every replica skips it.
 func (s *State) Apply(off int64, data []byte) error {
-	defer s.invalidate()
-	return s.db.Update(func(tx *bolt.Tx) error {
+	var t *touched
+	err := s.db.Update(func(tx *bolt.Tx) error {
+		t = track(tx)
+		defer untrack(tx)
 		meta := tx.Bucket(bMeta)
 		if off < getInt(meta, kApplied) {
 			return nil
@@ -224,6 +206,8 @@ func (s *State) Apply(off int64, data []byte) error {
 		putInt(meta, kApplied, off+1)
 		return nil
 	})
+	s.cache.update(t, err)
+	return err
 }
 
 // Outcome is the outcome of the command at offset off, if still kept.
@@ -392,7 +376,7 @@ func applyDelete(tx *bolt.Tx, c Command) (*Stream, error) {
 		}
 	}
 	streams := tx.Bucket(bStreams)
-	if err := streams.Delete([]byte(st.Name)); err != nil {
+	if err := deleteKey(streams, []byte(st.Name)); err != nil {
 		return nil, err
 	}
 	return st, putJSON(streams, tombstoneKey(st.Name, st.Group), st)
@@ -429,7 +413,7 @@ func applyPurge(tx *bolt.Tx, c Command) (string, error) {
 	if streams.Get(k) == nil {
 		return "", fmt.Errorf("%w: no deleted stream %s with group %d", ErrNotFound, c.Name, c.Node)
 	}
-	return fmt.Sprintf("stream %s (group %d) purged: every replica stopped it", c.Name, c.Node), streams.Delete(k)
+	return fmt.Sprintf("stream %s (group %d) purged: every replica stopped it", c.Name, c.Node), deleteKey(streams, k)
 }
 
 func tombstoneKey(name string, group uint64) []byte {
@@ -473,62 +457,6 @@ func (s *State) Streams() []Stream {
 	return streams
 }
 
-func (s *State) invalidate() {
-	s.cache.Lock()
-	s.cache.valid = false
-	s.cache.Unlock()
-}
-
-// catalog decodes the servers and streams once per change.
-func (s *State) catalog() ([]Server, []Stream) {
-	s.cache.Lock()
-	defer s.cache.Unlock()
-	if s.cache.valid {
-		return s.cache.servers, s.cache.streams
-	}
-	var servers []Server
-	var streams []Stream
-	raw := make(map[string]decoded, len(s.cache.raw))
-	// decode returns the record (bucket, k) = v decoded, from the cache if
-	// its bytes did not change.
-	decode := func(bucket, k, v []byte, into func([]byte) (any, bool)) (any, bool) {
-		key := string(bucket) + "/" + string(k)
-		if d, ok := s.cache.raw[key]; ok && bytes.Equal(d.raw, v) {
-			raw[key] = d
-			return d.v, true
-		}
-		x, ok := into(v)
-		if ok {
-			raw[key] = decoded{raw: bytes.Clone(v), v: x}
-		}
-		return x, ok
-	}
-	_ = s.db.View(func(tx *bolt.Tx) error {
-		_ = tx.Bucket(bServers).ForEach(func(k, v []byte) error {
-			if x, ok := decode(bServers, k, v, func(v []byte) (any, bool) {
-				var srv Server
-				err := json.Unmarshal(v, &srv)
-				return srv, err == nil
-			}); ok {
-				servers = append(servers, x.(Server))
-			}
-			return nil
-		})
-		return tx.Bucket(bStreams).ForEach(func(k, v []byte) error {
-			if x, ok := decode(bStreams, k, v, func(v []byte) (any, bool) {
-				var st Stream
-				err := json.Unmarshal(v, &st)
-				return st, err == nil
-			}); ok {
-				streams = append(streams, x.(Stream))
-			}
-			return nil
-		})
-	})
-	s.cache.servers, s.cache.streams, s.cache.raw, s.cache.valid = servers, streams, raw, true
-	return servers, streams
-}
-
 // Stream returns an active stream.
 func (s *State) Stream(name string) (st *Stream, err error) {
 	err = s.db.View(func(tx *bolt.Tx) error {
@@ -565,7 +493,20 @@ func putJSON(b *bolt.Bucket, k []byte, v any) error {
 	if err != nil {
 		return err
 	}
-	return b.Put(k, data)
+	if err := b.Put(k, data); err != nil {
+		return err
+	}
+	touch(b, k, data)
+	return nil
+}
+
+// deleteKey deletes a record (and tells the catalog cache).
+func deleteKey(b *bolt.Bucket, k []byte) error {
+	if err := b.Delete(k); err != nil {
+		return err
+	}
+	touch(b, k, nil)
+	return nil
 }
 
 func key64(v uint64) []byte { return binary.BigEndian.AppendUint64(nil, v) }

@@ -445,3 +445,17 @@ func TestControlledDiskLowDuringCreates(t *testing.T) {
 			10*time.Second, 100*time.Millisecond, "%s opened once space is back", st.Name)
 	}
 }
+
+// An answer failing for thousands of streams is logged with three errors
+// and a count, not thousands; errors.Is still sees the ones named.
+func TestJoinFewNamesThreeAndCountsTheRest(t *testing.T) {
+	require.NoError(t, joinFew([]error{nil, nil}))
+	var errs []error
+	for i := range 1000 {
+		errs = append(errs, fmt.Errorf("stream s%d: %w", i, errDiskLow))
+	}
+	err := joinFew(errs)
+	require.ErrorIs(t, err, errDiskLow)
+	require.Equal(t, "stream s0: disk short of space\nstream s1: disk short of space\nstream s2: disk short of space\n(and 997 more)", err.Error())
+	require.Equal(t, "stream s0: disk short of space", joinFew(errs[:1]).Error())
+}

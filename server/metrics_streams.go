@@ -8,6 +8,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/vdl-project/vdl/kafka"
+	"github.com/vdl-project/vdl/raftnode"
 )
 
 // streamCollector reports each hosted stream's storage counters
@@ -52,6 +53,10 @@ func (c *streamCollector) Collect(ch chan<- prometheus.Metric) {
 		hosted = append(hosted, st)
 	}
 	s.mu.Unlock()
+	groups := map[uint64]raftnode.GroupStatus{} // one trip to the Raft loop, not one per stream
+	for _, gs := range s.host.Statuses() {
+		groups[gs.Group] = gs
+	}
 	for _, st := range hosted {
 		name := st.cfg.Name
 		stats := st.log.Stats()
@@ -60,7 +65,7 @@ func (c *streamCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(c.misses, prometheus.CounterValue, float64(stats.CacheMisses), name)
 		ch <- prometheus.MustNewConstMetric(c.diskRead, prometheus.CounterValue, float64(stats.DiskReadBytes), name)
 		ch <- prometheus.MustNewConstMetric(c.segments, prometheus.GaugeValue, float64(stats.Segments), name)
-		gs, ok := s.host.Status(st.cfg.ID)
+		gs, ok := groups[st.cfg.ID]
 		if !ok {
 			continue
 		}

@@ -208,6 +208,10 @@ func newServer(cfg Config, logger *slog.Logger, fsys vfs.FS) (*Server, error) {
 			s.Close()
 			return nil, err
 		}
+		// Its active segment goes to the file cache at once: a server
+		// restarting with 10,000 streams otherwise held a descriptor per
+		// stream until the first parking round, and ran out of them.
+		st.log.Park()
 		if founding {
 			waiting = append(waiting, st)
 		} else if err := s.hostStream(st); err != nil {
@@ -298,7 +302,9 @@ func (s *Server) initIdentity() (startMode, error) {
 func (s *Server) openStream(sc StreamConfig, mode startMode) (*stream, bool, error) {
 	dir := path.Join(s.cfg.DataDir, "streams", fmt.Sprintf("%d", sc.ID))
 	files, _ := s.fs.List(dir)
+	s.mu.Lock() // streams are opened several at once (hostAssigned)
 	known := slices.Contains(s.ident.Streams, sc.ID)
+	s.mu.Unlock()
 	if known && len(files) == 0 {
 		return nil, false, fmt.Errorf("%w: stream %s: its log %s is gone although this data dir hosted it: "+
 			"this server lost its data and must be replaced (docs/operations.md, replacing a server)", ErrIdentity, sc.Name, dir)
@@ -322,9 +328,11 @@ func (s *Server) openStream(sc StreamConfig, mode startMode) (*stream, bool, err
 	st := &stream{cfg: sc, log: l, traffic: s.metrics.streamTraffic(sc.Name)}
 	s.mu.Lock()
 	s.opened = append(s.opened, st)
-	s.mu.Unlock()
 	if !known {
 		s.ident.Streams = append(s.ident.Streams, sc.ID)
+	}
+	s.mu.Unlock()
+	if !known {
 		if mode != joining && !sc.Join {
 			voters := sc.bootstrapVoters()
 			if err := l.Bootstrap(&raftpb.ConfState{Voters: voters}); err != nil {

@@ -444,7 +444,8 @@ func TestIdleStreamsHoldNoDescriptors(t *testing.T) {
 	}
 	require.Eventually(t, func() bool { return c.leader() >= 0 }, 20*time.Second, 20*time.Millisecond)
 	produceValues(t, c.brokers(), "a", 20)
-	require.GreaterOrEqual(t, segFiles(0), streams, "every stream's active segment open")
+	// (A server parks each stream as it opens it; the elections and the
+	// produce took some back.)
 
 	require.Eventually(t, func() bool {
 		for i, s := range c.servers {

@@ -6,9 +6,12 @@ import (
 	"fmt"
 	"io/fs"
 	"math/rand/v2"
+	"net/http"
+	_ "net/http/pprof"
 	"os"
 	"path/filepath"
 	"runtime"
+	"runtime/pprof"
 	"slices"
 	"strconv"
 	"strings"
@@ -67,9 +70,15 @@ func benchCluster(b *testing.B, dcs ...string) (*testCluster, *configserver.Clie
 }
 
 func benchStreams(b *testing.B, n int) {
+	if addr := os.Getenv("VDL_BENCH_PPROF"); addr != "" { // look inside a long run: go tool pprof http://addr/debug/pprof/profile
+		go func() { _ = http.ListenAndServe(addr, nil) }()
+	}
 	c, cc := benchCluster(b)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
 	defer cancel()
+	if os.Getenv("VDL_BENCH_DEBUG") != "" {
+		go c.debugEvery(ctx, 5*time.Second)
+	}
 
 	var hot []string
 	for i := range hotStreams {
@@ -95,8 +104,10 @@ func benchStreams(b *testing.B, n int) {
 	waitLed(b, c, n+hotStreams+1, start)
 	led := time.Since(start)
 	time.Sleep(5 * time.Second) // elections settle, groups quiesce
+	stopProfile := profileIdle(b)
 	cpu0, t0 := processCPU(b), time.Now()
 	time.Sleep(10 * time.Second)
+	stopProfile()
 	idleCPU := (processCPU(b) - cpu0).Seconds() / time.Since(t0).Seconds() / 3
 	heapPer := float64(heapInUse()-heap0) / float64(3*n)
 	diskPer := float64(c.diskUsed(b)-disk0) / float64(3*n)
@@ -340,6 +351,47 @@ func (c *testCluster) diskUsed(b *testing.B) int64 {
 		require.NoError(b, err)
 	}
 	return total
+}
+
+// debugEvery prints, every d, each server's groups by role, the highest
+// term, and its transport's drops and queues: what a long run is doing.
+func (c *testCluster) debugEvery(ctx context.Context, d time.Duration) {
+	for ctx.Err() == nil {
+		time.Sleep(d)
+		for i, s := range c.servers {
+			if s == nil {
+				continue
+			}
+			roles := map[string]int{}
+			var maxTerm uint64
+			for _, gs := range s.host.Statuses() {
+				roles[gs.Role]++
+				maxTerm = max(maxTerm, gs.Term)
+			}
+			var tr []string
+			for id, ps := range s.transport.Stats() {
+				tr = append(tr, fmt.Sprintf("to %d: dropped %d queued %d sent %d reconnects %d dial failures %d", id, ps.Dropped, ps.QueuedBytes, ps.SentFrames, ps.Reconnects, ps.DialFailures))
+			}
+			slices.Sort(tr)
+			fmt.Fprintf(os.Stderr, "debug: server %d roles %v max term %d; %s\n", i+1, roles, maxTerm, strings.Join(tr, "; "))
+		}
+	}
+}
+
+// profileIdle writes a CPU profile of the idle window to the file
+// VDL_BENCH_CPUPROFILE names (none if unset): what idle streams cost.
+func profileIdle(b *testing.B) (stop func()) {
+	path := os.Getenv("VDL_BENCH_CPUPROFILE")
+	if path == "" {
+		return func() {}
+	}
+	f, err := os.Create(path)
+	require.NoError(b, err)
+	require.NoError(b, pprof.StartCPUProfile(f))
+	return func() {
+		pprof.StopCPUProfile()
+		require.NoError(b, f.Close())
+	}
 }
 
 // heapInUse is the heap in use after a collection.
