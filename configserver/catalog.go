@@ -138,3 +138,11 @@ func (s *State) catalog() ([]Server, []Stream) {
 	}
 	return s.cache.servers.vals, s.cache.streams.vals
 }
+
+// invalidate drops the decoded catalog: the next read decodes it all. For
+// writes that bypass putJSON and deleteKey (a whole state copied in).
+func (s *State) invalidate() {
+	s.cache.Lock()
+	s.cache.valid = false
+	s.cache.Unlock()
+}
