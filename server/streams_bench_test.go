@@ -114,6 +114,10 @@ func benchStreams(b *testing.B, n int) {
 
 	after := hotLoad(b, ctx, c, hot, "after", 10*time.Second)
 	meta := metadataTime(b, ctx, c, n+hotStreams)
+	b.Logf("before the restart: %d idle streams created in %v, all led after %v; idle CPU %.1f%% of a core per server; "+
+		"%.1f KiB heap and %.1f KiB disk per idle stream and server; Metadata %v; hot produce %.0f%%, consume %.0f%% of alone",
+		n, created.Round(time.Millisecond), led.Round(time.Millisecond), idleCPU*100, heapPer/1024, diskPer/1024,
+		meta.Round(time.Millisecond), after.produce/before.produce*100, after.consume/before.consume*100)
 	restart := c.restartTime(b, 2)
 
 	b.ReportMetric(float64(n)/created.Seconds(), "creates/s")
