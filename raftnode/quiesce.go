@@ -271,14 +271,6 @@ func (c *Core) wake(g *group) {
 	if q == nil {
 		return
 	}
-	var alive []uint64 // a leader's replicas whose servers the liveness heartbeats show up
-	if q.leader {
-		for _, p := range q.peers {
-			if c.quietAlive(g.id, p) {
-				alive = append(alive, p)
-			}
-		}
-	}
 	delete(c.q.quiet, g.id)
 	var silent uint64
 	if h, ok := c.q.heard[q.lead]; ok && !q.leader {
@@ -293,16 +285,6 @@ func (c *Core) wake(g *group) {
 	}
 	for range silent {
 		g.rn.Tick()
-	}
-	// A woken leader's raft last checked its quorum before the group slept
-	// and may check again at its next tick, before any follower could
-	// answer a heartbeat: it would step down from a quorum that is there
-	// (at 10,000 streams, thousands of leaders woken at once did, and the
-	// groups fell into elections). The liveness heartbeats are what its
-	// heartbeats would have told, so it hears them as heartbeat answers.
-	term := g.rn.BasicStatus().GetTerm()
-	for _, p := range alive {
-		_ = g.rn.Step(&raftpb.Message{Type: raftpb.MsgHeartbeatResp.Enum(), From: new(p), To: new(c.cfg.ID), Term: new(term)})
 	}
 	c.drain(g)
 }
