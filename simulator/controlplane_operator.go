@@ -121,6 +121,9 @@ func (c *controlPlane) addWorkload(st *configserver.Stream) {
 	s := c.s
 	s.streams = append(s.streams, st.Name)
 	s.groups = append(s.groups, st.Group)
+	if s.workloadDone {
+		return
+	}
 	for k := 0; k < s.cfg.Clients+s.cfg.Consumers; k++ {
 		cl := s.newClient(len(s.clients), st.Name, false)
 		cl.consumer = k >= s.cfg.Clients

@@ -198,6 +198,7 @@ func (s *Sim) livenessPhase() {
 	if !s.progressed() {
 		s.fail(checkLiveness, "liveness: no acknowledged produce on every stream within %v of healing (progress %v)", time.Duration(deadline()-s.healAt), s.progress)
 	}
+	s.workloadDone = true
 	for _, c := range s.clients {
 		c.stopped = true
 	}
@@ -229,7 +230,10 @@ func (s *Sim) livenessPhase() {
 func (s *Sim) finalRead() {
 	w := s.w
 	finals := map[string]*client{}
-	for _, st := range s.streams {
+	// The streams known now: one whose create completes during the read
+	// has no writes to read (seed 46 -sim.controlplane: it had no reader).
+	streams := slices.Clone(s.streams)
+	for _, st := range streams {
 		c := s.newClient(len(s.clients), st, true)
 		s.clients = append(s.clients, c)
 		finals[st] = c
@@ -246,7 +250,7 @@ func (s *Sim) finalRead() {
 		}
 		w.run(w.now + int64(50*time.Millisecond))
 	}
-	for _, st := range s.streams {
+	for _, st := range streams {
 		if !finals[st].finalDone {
 			s.fail(checkFinalRead, "final read of %s did not complete", st)
 		}

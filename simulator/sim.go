@@ -128,6 +128,11 @@ type Sim struct {
 	liveness     bool
 	healAt       int64
 	progress     map[string]bool
+	// workloadDone: the workload stopped before the final read; a stream
+	// created after that gets no clients (seed 131 -sim.controlplane: a
+	// create completing then started clients that wrote on through the
+	// final read, and the checker found their writes unseen).
+	workloadDone bool
 	demoted      map[uint64]uint64 // group -> learner the nemesis demoted
 	replacing    *replacement      // a wiped server being replaced (replace.go)
 	traceEffects bool
