@@ -118,16 +118,16 @@ type Sim struct {
 	clientCut map[uint64]int    // client links to a node cut
 	clog      map[[2]uint64]time.Duration
 
-	nextProp     raftnode.ProposalID
-	rec          *checker.Recorder
-	clients      []*client
-	nextConn     int
-	failures     []string
-	caught       []check
-	windows      []*window
-	liveness     bool
-	healAt       int64
-	progress     map[string]bool
+	nextProp raftnode.ProposalID
+	rec      *checker.Recorder
+	clients  []*client
+	nextConn int
+	failures []string
+	caught   []check
+	windows  []*window
+	liveness bool
+	healAt   int64
+	progress map[string]bool
 	// workloadDone: the workload stopped before the final read; a stream
 	// created after that gets no clients (seed 131 -sim.controlplane: a
 	// create completing then started clients that wrote on through the
