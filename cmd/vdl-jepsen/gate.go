@@ -56,13 +56,7 @@ func gate(args []string, stdout, stderr io.Writer) int {
 			return 2
 		}
 		results = append(results, res)
-		fmt.Fprintf(stderr, "%s: %s\n", res.Script, campaign.Verdict(res))
-		if why := campaign.Why(res); why != "" {
-			fmt.Fprintf(stderr, "  %s\n", why)
-		}
-		if res.Dir != "" {
-			fmt.Fprintf(stderr, "report: %s\n", filepath.Join(res.Dir, "report.html"))
-		}
+		printVerdict(stderr, res)
 	}
 	pass, why := gateVerdict(results)
 	if err := os.MkdirAll(filepath.Dir(*report), 0o755); err != nil {

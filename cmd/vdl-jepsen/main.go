@@ -71,13 +71,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 			return 2
 		}
 		results = append(results, res)
-		fmt.Fprintf(stderr, "%s: %s\n", res.Script, campaign.Verdict(res))
-		if why := campaign.Why(res); why != "" {
-			fmt.Fprintf(stderr, "  %s\n", why)
-		}
-		if res.Dir != "" {
-			fmt.Fprintf(stderr, "report: %s\n", filepath.Join(res.Dir, "report.html"))
-		}
+		printVerdict(stderr, res)
 	}
 	out := stdout
 	if *report != "" {
@@ -212,4 +206,16 @@ func cleanup(args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	return 0
+}
+
+// printVerdict prints a script's verdict, what failed it, and where its
+// report is: the lines run and gate print after each script.
+func printVerdict(w io.Writer, res campaign.Result) {
+	fmt.Fprintf(w, "%s: %s\n", res.Script, campaign.Verdict(res))
+	if why := campaign.Why(res); why != "" {
+		fmt.Fprintf(w, "  %s\n", why)
+	}
+	if res.Dir != "" {
+		fmt.Fprintf(w, "report: %s\n", filepath.Join(res.Dir, "report.html"))
+	}
 }
