@@ -162,6 +162,10 @@ type Core struct {
 	ids      []uint64 // sorted group ids: iteration order never comes from the map
 	effects  []Effect
 	q        quiescence
+	// awake caches the sorted ids of the groups not quiesced, which are all
+	// Tick visits: an idle server with thousands of quiesced groups then
+	// costs per tick what its awake groups do. nil: rebuild from ids.
+	awake []uint64
 	// queuing holds the groups with proposals not yet stepped into raft:
 	// TakeEffects runs after every event, and walking every group there
 	// would make each event cost as much as the server has streams.
@@ -249,6 +253,7 @@ func (c *Core) AddGroup(id uint64, st Storage) error {
 	c.groups[id] = g
 	c.ids = append(c.ids, id)
 	slices.Sort(c.ids)
+	c.awake = nil
 	if applied > 0 {
 		g.appliedTerm, _ = st.Term(applied)
 	}
@@ -277,6 +282,7 @@ func (c *Core) RemoveGroup(id uint64) {
 	c.forgetQuiet(id)
 	delete(c.groups, id)
 	c.ids = slices.DeleteFunc(c.ids, func(x uint64) bool { return x == id })
+	c.awake = nil
 	// Its storage effects not taken yet belong to the raft that is gone.
 	c.effects = slices.DeleteFunc(c.effects, func(e Effect) bool {
 		eg, ok := EffectGroup(e)
@@ -299,7 +305,7 @@ func (c *Core) Shutdown(err error) []Complete {
 		}
 	}
 	c.effects = nil
-	c.groups, c.ids = map[uint64]*group{}, nil
+	c.groups, c.ids, c.awake = map[uint64]*group{}, nil, nil
 	c.q, c.queuing = newQuiescence(), map[uint64]struct{}{}
 	return out
 }

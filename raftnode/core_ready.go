@@ -103,6 +103,9 @@ func (c *Core) snapshotDone(g *group, snap *raftpb.Snapshot) {
 		delete(g.pending, idx)
 	}
 	g.applied, g.appliedTerm = md.GetIndex(), md.GetTerm()
+	if q := c.q.quiet[g.id]; q != nil {
+		q.status = nil
+	}
 	c.installedProducers(g)
 	if hwm, err := g.st.NextOffsetAt(g.applied); err == nil {
 		g.hwm = hwm
@@ -112,6 +115,9 @@ func (c *Core) snapshotDone(g *group, snap *raftpb.Snapshot) {
 
 // drain handles every Ready the group has.
 func (c *Core) drain(g *group) {
+	if q := c.q.quiet[g.id]; q != nil {
+		q.status = nil // stepped or woken: its status may change
+	}
 	for g.waiting == nil && g.rn.HasReady() {
 		c.handleReady(g, g.rn.Ready())
 	}

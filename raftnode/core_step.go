@@ -16,13 +16,11 @@ import (
 
 // Tick advances every group's logical clock by one tick.
 func (c *Core) Tick() {
-	for _, id := range c.ids {
+	for _, id := range c.awakeIDs() {
 		g := c.groups[id]
 		g.ticks++
-		if c.q.quiet[id] == nil {
-			g.rn.Tick()
-			c.drain(g)
-		}
+		g.rn.Tick()
+		c.drain(g)
 	}
 	c.tickQuiescence()
 }
@@ -47,6 +45,7 @@ func (c *Core) Step(group uint64, m *raftpb.Message) {
 	if g.heard == nil {
 		g.heard = map[uint64]uint64{}
 	}
+	c.syncTicks(g)
 	g.heard[m.GetFrom()] = g.ticks
 	c.heardFrom(m.GetFrom())
 	if isQuiesce(m) {

@@ -59,6 +59,13 @@ type quietGroup struct {
 	leader bool
 	lead   uint64
 	peers  []uint64
+	// at is the node tick up to which the group's own tick count is
+	// brought (syncTicks): Tick skips quiesced groups.
+	at uint64
+	// status is the group's status once asked (Status): nothing in it
+	// changes while the group sleeps, and a server reports every group's
+	// status every few seconds. nil: not asked yet, or stepped since.
+	status *GroupStatus
 }
 
 // quiescence is the core's quiescence state.
@@ -117,7 +124,7 @@ func (c *Core) tickQuiescence() {
 	if c.cfg.NoQuiesce {
 		return
 	}
-	for _, id := range c.ids {
+	for _, id := range c.awakeIDs() {
 		g := c.groups[id]
 		if g.role != raft.StateLeader || c.q.quiet[id] != nil {
 			continue
@@ -202,7 +209,9 @@ func (c *Core) quiesceLeader(g *group) {
 // quiesce records a group as quiesced.
 func (c *Core) quiesce(g *group, q *quietGroup, heard func(peer uint64) uint64) {
 	delete(c.q.idle, g.id)
+	q.at = c.q.ticks
 	c.q.quiet[g.id] = q
+	c.awake = nil
 	for _, p := range q.peers {
 		c.q.peers[p]++
 		// The group's own record of p, in group ticks, is as recent as
@@ -271,7 +280,9 @@ func (c *Core) wake(g *group) {
 	if q == nil {
 		return
 	}
+	c.syncTicks(g)
 	delete(c.q.quiet, g.id)
+	c.awake = nil
 	var silent uint64
 	if h, ok := c.q.heard[q.lead]; ok && !q.leader {
 		silent = min(c.q.ticks-h, uint64(c.cfg.ElectionTick))
@@ -325,10 +336,36 @@ func (c *Core) stepQuiet(g *group, m *raftpb.Message) bool {
 	default:
 		return false
 	}
+	q.status = nil
 	_ = g.rn.Step(m)
 	c.drain(g)
 	if q.leader && !c.idleLeader(g) {
 		c.wake(g)
 	}
 	return true
+}
+
+// awakeIDs are the sorted ids of the groups not quiesced. The slice is
+// shared until the next quiesce, wake, add or removal: never change it.
+func (c *Core) awakeIDs() []uint64 {
+	if c.awake == nil {
+		c.awake = make([]uint64, 0, len(c.ids))
+		for _, id := range c.ids {
+			if c.q.quiet[id] == nil {
+				c.awake = append(c.awake, id)
+			}
+		}
+	}
+	return c.awake
+}
+
+// syncTicks brings a quiesced group's tick count up to date. Tick skips
+// quiesced groups, so each is owed one tick per node tick since it last
+// caught up; whatever reads a group's ticks (Step, Status, wake) catches
+// it up first, and the count is the same as if every tick had visited it.
+func (c *Core) syncTicks(g *group) {
+	if q := c.q.quiet[g.id]; q != nil {
+		g.ticks += c.q.ticks - q.at
+		q.at = c.q.ticks
+	}
 }

@@ -44,6 +44,21 @@ func (c *Core) Status(group uint64) (GroupStatus, bool) {
 	if !found {
 		return GroupStatus{}, false
 	}
+	q := c.q.quiet[group]
+	if q != nil && q.status != nil {
+		return *q.status, true
+	}
+	s := c.status(g)
+	if q != nil {
+		q.status = &s
+	}
+	return s, true
+}
+
+// status computes a group's status (raft's Status copies its progress and
+// configuration: a few microseconds a group).
+func (c *Core) status(g *group) GroupStatus {
+	c.syncTicks(g)
 	st := g.rn.Status()
 	s := GroupStatus{
 		Group:         g.id,
@@ -67,7 +82,7 @@ func (c *Core) Status(group uint64) (GroupStatus, bool) {
 	slices.Sort(s.Learners)
 	if st.RaftState != raft.StateLeader {
 		s.InSync = s.Voters
-		return s, true
+		return s
 	}
 	s.Progress = map[uint64]Progress{}
 	for _, id := range s.Voters {
@@ -85,7 +100,7 @@ func (c *Core) Status(group uint64) (GroupStatus, bool) {
 			s.Progress[id] = c.progressOf(g, id, pr)
 		}
 	}
-	return s, true
+	return s
 }
 
 // progressOf reports a replica's progress. RecentActive: heard from within

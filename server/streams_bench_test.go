@@ -48,8 +48,26 @@ func BenchmarkStreams(b *testing.B) {
 		controlledQuiesce = new(false)
 		defer func() { controlledQuiesce = nil }()
 	}
+	raiseFileLimit(b, 3*4*n+10000)
 	for range b.N {
 		benchStreams(b, n)
+	}
+}
+
+// raiseFileLimit raises this process's descriptor limit to at least n
+// (root may raise the hard limit too): the benchmark runs three servers in
+// one process, which a deployment gives a limit each (LimitNOFILE=65536 in
+// deploy/), and a restarted server's groups all elect at once, each
+// writing its vote to its log's active segment.
+func raiseFileLimit(b *testing.B, n int) {
+	var lim syscall.Rlimit
+	require.NoError(b, syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim))
+	if lim.Cur >= uint64(n) {
+		return
+	}
+	want := syscall.Rlimit{Cur: uint64(n), Max: max(lim.Max, uint64(n))}
+	if err := syscall.Setrlimit(syscall.RLIMIT_NOFILE, &want); err != nil {
+		b.Logf("descriptor limit %d kept (raising it to %d: %v): a restart at this scale may run out", lim.Cur, n, err)
 	}
 }
 
@@ -104,7 +122,7 @@ func benchStreams(b *testing.B, n int) {
 	waitLed(b, c, n+hotStreams+1, start)
 	led := time.Since(start)
 	time.Sleep(5 * time.Second) // elections settle, groups quiesce
-	stopProfile := profileIdle(b)
+	stopProfile := profileTo(b, "VDL_BENCH_CPUPROFILE")
 	cpu0, t0 := processCPU(b), time.Now()
 	time.Sleep(10 * time.Second)
 	stopProfile()
@@ -112,12 +130,14 @@ func benchStreams(b *testing.B, n int) {
 	heapPer := float64(heapInUse()-heap0) / float64(3*n)
 	diskPer := float64(c.diskUsed(b)-disk0) / float64(3*n)
 
+	stopProfile = profileTo(b, "VDL_BENCH_HOTPROFILE")
 	after := hotLoad(b, ctx, c, hot, "after", 10*time.Second)
+	stopProfile()
 	meta := metadataTime(b, ctx, c, n+hotStreams)
 	b.Logf("before the restart: %d idle streams created in %v, all led after %v; idle CPU %.1f%% of a core per server; "+
-		"%.1f KiB heap and %.1f KiB disk per idle stream and server; Metadata %v; hot produce %.0f%%, consume %.0f%% of alone",
+		"%.1f KiB heap and %.1f KiB disk per idle stream and server; Metadata %v; hot produce %.0f%%, consume %.0f%% of alone; %d descriptors open (three servers)",
 		n, created.Round(time.Millisecond), led.Round(time.Millisecond), idleCPU*100, heapPer/1024, diskPer/1024,
-		meta.Round(time.Millisecond), after.produce/before.produce*100, after.consume/before.consume*100)
+		meta.Round(time.Millisecond), after.produce/before.produce*100, after.consume/before.consume*100, openFiles())
 	restart := c.restartTime(b, 2)
 
 	b.ReportMetric(float64(n)/created.Seconds(), "creates/s")
@@ -319,6 +339,7 @@ func metadataTime(b *testing.B, ctx context.Context, c *testCluster, want int) t
 func (c *testCluster) restartTime(b *testing.B, i int) time.Duration {
 	groups := len(c.servers[i].Host().Groups())
 	c.stop(i)
+	fds := 0
 	start := time.Now()
 	c.start(i)
 	require.Eventually(b, func() bool {
@@ -330,9 +351,19 @@ func (c *testCluster) restartTime(b *testing.B, i int) time.Duration {
 				known++
 			}
 		}
+		fds = max(fds, openFiles())
 		return len(gs) >= groups && known == len(gs)
 	}, 10*time.Minute, 100*time.Millisecond)
-	return time.Since(start)
+	took := time.Since(start)
+	b.Logf("restart: %d groups, every one with a leader known after %v; the process held at most %d descriptors meanwhile (three servers)",
+		groups, took.Round(time.Millisecond), fds)
+	return took
+}
+
+// openFiles is how many descriptors this process has open.
+func openFiles() int {
+	ents, _ := os.ReadDir("/proc/self/fd")
+	return len(ents)
 }
 
 // diskUsed is the disk the servers' data dirs take (allocated blocks).
@@ -382,10 +413,12 @@ func (c *testCluster) debugEvery(ctx context.Context, d time.Duration) {
 	}
 }
 
-// profileIdle writes a CPU profile of the idle window to the file
-// VDL_BENCH_CPUPROFILE names (none if unset): what idle streams cost.
-func profileIdle(b *testing.B) (stop func()) {
-	path := os.Getenv("VDL_BENCH_CPUPROFILE")
+// profileTo writes a CPU profile, until stop, to the file the environment
+// variable env names (none if unset): VDL_BENCH_CPUPROFILE for the idle
+// window (what idle streams cost), VDL_BENCH_HOTPROFILE for the hot load
+// beside them.
+func profileTo(b *testing.B, env string) (stop func()) {
+	path := os.Getenv(env)
 	if path == "" {
 		return func() {}
 	}
