@@ -44,7 +44,7 @@ func TestQuiescedGroupStatus(t *testing.T) {
 	require.True(t, ok)
 	require.Len(t, before.InSync, 3, "every replica in sync: %+v", before)
 
-	require.NoError(t, c.Run(100 * c.cfg.TickEvery)) // asleep for 100 ticks
+	require.NoError(t, c.Run(100*c.cfg.TickEvery)) // asleep for 100 ticks
 	asleep, ok := l.Raft.Status(3)
 	require.True(t, ok)
 	require.Equal(t, before, asleep)
@@ -72,7 +72,7 @@ func TestQuiescedGroupStatus(t *testing.T) {
 func TestWokenFollowerElectsOnTime(t *testing.T) {
 	cryptotest.SetGlobalRandom(t, 1)
 	c := quiescedCluster(t, 3)
-	require.NoError(t, c.Run(500 * c.cfg.TickEvery)) // a long sleep
+	require.NoError(t, c.Run(500*c.cfg.TickEvery)) // a long sleep
 	old := c.Leader(2)
 	require.NotNil(t, old)
 	c.Crash(old.ID)
@@ -120,7 +120,7 @@ const electionTick = 10
 func TestWokenLeaderSeesDeadReplica(t *testing.T) {
 	cryptotest.SetGlobalRandom(t, 1)
 	c := quiescedCluster(t, 3)
-	require.NoError(t, c.Run(500 * c.cfg.TickEvery))
+	require.NoError(t, c.Run(500*c.cfg.TickEvery))
 	l := c.Leader(1)
 	require.NotNil(t, l)
 	var dead uint64
@@ -131,7 +131,7 @@ func TestWokenLeaderSeesDeadReplica(t *testing.T) {
 		}
 	}
 	c.Crash(dead)
-	require.NoError(t, c.Run(3 * electionTick * c.cfg.TickEvery))
+	require.NoError(t, c.Run(3*electionTick*c.cfg.TickEvery))
 	st, ok := l.Raft.Status(1)
 	require.True(t, ok)
 	require.Equal(t, "StateLeader", st.Role)
