@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"sync"
 	"time"
@@ -23,6 +24,16 @@ type Report struct {
 	// Version is the catalog version it has; the answer carries the
 	// streams only when they changed since.
 	Version int64 `json:"version"`
+	// Seq numbers the server process's reports from 1 (0: an older server,
+	// which always reports in full). Base, when not 0, makes this a delta
+	// of the answered report Base: Groups holds only the groups whose
+	// report changed since, Gone the groups no longer hosted (delta.go).
+	Seq  uint64   `json:"seq,omitempty"`
+	Base uint64   `json:"base,omitempty"`
+	Gone []uint64 `json:"gone,omitempty"`
+	// LeadersGen is the generation of the stream leaders the server holds
+	// from an earlier answer (0: none).
+	LeadersGen uint64 `json:"leaders_gen,omitempty"`
 }
 
 // GroupReport is one hosted group's replication state.
@@ -60,8 +71,15 @@ type Assignment struct {
 	// Deleted are groups of deleted streams whose replicas include the
 	// server: it stops them and removes their data.
 	Deleted []uint64 `json:"deleted,omitempty"`
-	// Leaders is each stream's leader as the replicas report it.
-	Leaders map[string]uint64 `json:"leaders,omitempty"`
+	// Leaders is each stream's leader as the replicas report it; nil when
+	// the report's LeadersGen and Version say the server holds it already.
+	// LeadersGen names it (0: from a config server that does not name it).
+	Leaders    map[string]uint64 `json:"leaders"` // null and {} differ
+	LeadersGen uint64            `json:"leaders_gen,omitempty"`
+	// NeedFull answers a delta report whose base this config server does
+	// not hold: nothing else in the answer counts, and the server reports
+	// in full at once.
+	NeedFull bool `json:"need_full,omitempty"`
 }
 
 // ServerStatus is a server as the config servers' leader sees it.
@@ -93,6 +111,11 @@ type softState struct {
 	// down: their reports were answered too late).
 	leaders   map[uint64]uint64
 	moveNotes map[string]string // stream -> why its move waits
+	// leadersGen names the leaders derived last (term<<32 | a count of
+	// the changes in this term), prevLeaders the map it names: an answer
+	// leaves the leaders out when the server holds this generation.
+	leadersGen  uint64
+	prevLeaders map[uint64]uint64
 }
 
 // heard is a server's latest report, with its groups indexed.
@@ -203,7 +226,14 @@ func (s *Service) leadersLocked() map[uint64]uint64 {
 	for g, r := range best {
 		out[g] = r.Leader
 	}
-	s.soft.leaders = out
+	if !maps.Equal(out, s.soft.prevLeaders) {
+		n := uint64(1)
+		if s.soft.leadersGen>>32 == s.soft.term {
+			n = s.soft.leadersGen&(1<<32-1) + 1
+		}
+		s.soft.leadersGen = s.soft.term<<32 | n
+	}
+	s.soft.leaders, s.soft.prevLeaders = out, out
 	return out
 }
 
@@ -227,8 +257,22 @@ func (s *Service) handleReport(ctx context.Context, r Report) (Assignment, error
 	}
 	now := time.Now()
 	s.soft.mu.Lock()
-	s.soft.setReport(r.Server.ID, newHeard(now, r))
+	var prev *Report
+	if h, ok := s.soft.reports[r.Server.ID]; ok {
+		prev = &h.report
+	}
+	r, ok := mergeReport(prev, r)
+	if !ok {
+		s.soft.mu.Unlock()
+		return Assignment{NeedFull: true}, nil
+	}
+	if prev == nil || !slices.EqualFunc(prev.Groups, r.Groups, sameGroupReport) {
+		s.soft.setReport(r.Server.ID, newHeard(now, r))
+	} else {
+		s.soft.reports[r.Server.ID] = heard{at: now, report: r, groups: s.soft.reports[r.Server.ID].groups}
+	}
 	leaders := s.leadersLocked()
+	gen := s.soft.leadersGen
 	views := map[uint64]GroupReport{} // the leader's view of the groups this server reports
 	for _, g := range r.Groups {
 		if l, ok := leaders[g.Group]; ok {
@@ -239,7 +283,10 @@ func (s *Service) handleReport(ctx context.Context, r Report) (Assignment, error
 	}
 	s.soft.mu.Unlock()
 
-	a := Assignment{Version: s.state.Version(), Servers: s.state.Servers(), Leaders: map[string]uint64{}}
+	a := Assignment{Version: s.state.Version(), Servers: s.state.Servers(), LeadersGen: gen}
+	if gen == 0 || r.LeadersGen != gen || r.Version != a.Version {
+		a.Leaders = map[string]uint64{}
+	}
 	all := s.state.Streams()
 	a.Deleted = orphans(r.Server.ID, r.Groups, all, s.state.NextGroup(), func(g uint64) (GroupReport, bool) {
 		v, ok := views[g]
@@ -252,7 +299,7 @@ func (s *Service) handleReport(ctx context.Context, r Report) (Assignment, error
 			}
 			continue
 		}
-		if l, ok := leaders[st.Group]; ok {
+		if l, ok := leaders[st.Group]; ok && a.Leaders != nil {
 			a.Leaders[st.Name] = l
 		}
 		if a.Version != r.Version {
@@ -353,7 +400,7 @@ func (s *Service) noteLeadership() bool {
 	switch {
 	case leading && (s.soft.leaderSince.IsZero() || s.soft.term != st.Term):
 		s.soft.leaderSince, s.soft.term = time.Now(), st.Term
-		s.soft.reports, s.soft.leaders = map[uint64]heard{}, nil
+		s.soft.reports, s.soft.leaders, s.soft.prevLeaders, s.soft.leadersGen = map[uint64]heard{}, nil, nil, 0
 		s.log.Info("leading the config servers", "term", st.Term)
 	case !leading:
 		s.soft.leaderSince = time.Time{}

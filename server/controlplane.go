@@ -52,6 +52,9 @@ func (c *controlPlane) hand(a configserver.Assignment) {
 		if a.Streams == nil {
 			a.Streams, a.Version = p.Streams, p.Version
 		}
+		if a.Leaders == nil && a.LeadersGen != 0 && a.LeadersGen == p.LeadersGen {
+			a.Leaders = p.Leaders // unchanged: the pending answer has them
+		}
 		for _, g := range p.Deleted {
 			if !slices.Contains(a.Deleted, g) {
 				a.Deleted = append(a.Deleted, g)
@@ -137,14 +140,24 @@ func (s *Server) runControlPlane() {
 	defer s.wg.Done()
 	t := time.NewTicker(time.Duration(s.cfg.ReportIntervalMs) * time.Millisecond)
 	defer t.Stop()
+	var rep reporter
 	for {
+		r, cur := rep.next(s.report())
 		ctx, cancel := context.WithTimeout(s.ctx, 10*time.Second)
-		a, err := s.control.client.Report(ctx, s.report())
+		a, err := s.control.client.Report(ctx, r)
 		cancel()
-		if err == nil {
+		switch {
+		case err == nil && a.NeedFull:
+			rep.lost()
+			continue // the full report at once
+		case err == nil:
+			rep.answered(r, cur, a)
 			s.control.hand(a)
-		} else if s.ctx.Err() == nil { // repeats are rate-limited by the log handler (lograte)
-			s.log.Warn("config servers: report failed; hosting what was assigned last", "err", err)
+		default:
+			rep.lost()
+			if s.ctx.Err() == nil { // repeats are rate-limited by the log handler (lograte)
+				s.log.Warn("config servers: report failed; hosting what was assigned last", "err", err)
+			}
 		}
 		select {
 		case <-s.ctx.Done():
@@ -230,7 +243,9 @@ func (s *Server) applyAssignment(a configserver.Assignment, save bool) error {
 		}
 	}
 	s.dir.set(peers, streams)
-	s.dir.setLeaders(a.Leaders)
+	if a.Leaders != nil || a.LeadersGen == 0 { // nil with a generation: held already
+		s.dir.setLeaders(a.Leaders)
+	}
 	var errs []error
 	if a.Streams != nil {
 		s.updateHosted(streams)

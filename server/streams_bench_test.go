@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"maps"
 	"math/rand/v2"
 	"net/http"
 	_ "net/http/pprof"
@@ -338,8 +339,12 @@ func metadataTime(b *testing.B, ctx context.Context, c *testCluster, want int) t
 // it knows a leader in every group it hosts.
 func (c *testCluster) restartTime(b *testing.B, i int) time.Duration {
 	groups := len(c.servers[i].Host().Groups())
+	fds := watchOpenFiles(c)
+	defer func() {
+		n, peak := fds()
+		b.Logf("restart: the process held at most %d descriptors (three servers: %s)", n, peak)
+	}()
 	c.stop(i)
-	fds := 0
 	start := time.Now()
 	c.start(i)
 	require.Eventually(b, func() bool {
@@ -351,19 +356,75 @@ func (c *testCluster) restartTime(b *testing.B, i int) time.Duration {
 				known++
 			}
 		}
-		fds = max(fds, openFiles())
 		return len(gs) >= groups && known == len(gs)
 	}, 10*time.Minute, 100*time.Millisecond)
 	took := time.Since(start)
-	b.Logf("restart: %d groups, every one with a leader known after %v; the process held at most %d descriptors meanwhile (three servers)",
-		groups, took.Round(time.Millisecond), fds)
+	b.Logf("restart: %d groups, every one with a leader known after %v", groups, took.Round(time.Millisecond))
 	return took
+}
+
+// watchOpenFiles samples the process's descriptors every 50 ms until the
+// returned function is called, which reports the most seen and what they
+// were then.
+func watchOpenFiles(c *testCluster) func() (int, string) {
+	done := make(chan struct{})
+	var mu sync.Mutex
+	most, peak := 0, ""
+	go func() {
+		for {
+			select {
+			case <-done:
+				return
+			case <-time.After(50 * time.Millisecond):
+			}
+			if n := openFiles(); n > most {
+				kinds := c.openFilesByKind()
+				mu.Lock()
+				most, peak = n, kinds
+				mu.Unlock()
+			}
+		}
+	}()
+	return func() (int, string) {
+		close(done)
+		mu.Lock()
+		defer mu.Unlock()
+		return most, peak
+	}
 }
 
 // openFiles is how many descriptors this process has open.
 func openFiles() int {
 	ents, _ := os.ReadDir("/proc/self/fd")
 	return len(ents)
+}
+
+// openFilesByKind counts this process's descriptors by server (data dir)
+// and kind (file extension, or what else they are), for a restart's peak.
+func (c *testCluster) openFilesByKind() string {
+	ents, _ := os.ReadDir("/proc/self/fd")
+	counts := map[string]int{}
+	for _, e := range ents {
+		target, err := os.Readlink(filepath.Join("/proc/self/fd", e.Name()))
+		if err != nil {
+			continue
+		}
+		kind := "other"
+		for i, cfg := range c.cfgs {
+			if strings.HasPrefix(target, cfg.DataDir+"/") {
+				kind = fmt.Sprintf("server %d %s", i+1, filepath.Ext(target))
+			}
+		}
+		if strings.HasPrefix(target, "socket:") {
+			kind = "socket"
+		}
+		counts[kind]++
+	}
+	var out []string
+	for _, k := range slices.Sorted(maps.Keys(counts)) {
+		out = append(out, fmt.Sprintf("%s %d", k, counts[k]))
+	}
+	return strings.Join(out, ", ")
 }
 
 // diskUsed is the disk the servers' data dirs take (allocated blocks).
