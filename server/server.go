@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"errors"
+	"io/fs"
 	"fmt"
 	"hash/fnv"
 	"log/slog"
@@ -301,7 +302,13 @@ func (s *Server) initIdentity() (startMode, error) {
 // hostWhenFoundersKnown).
 func (s *Server) openStream(sc StreamConfig, mode startMode) (*stream, bool, error) {
 	dir := path.Join(s.cfg.DataDir, "streams", fmt.Sprintf("%d", sc.ID))
-	files, _ := s.fs.List(dir)
+	files, err := s.fs.List(dir)
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		// Out of descriptors, an IO error: not proof that the data is
+		// gone (it once made a server out of descriptors say it lost
+		// its data and must be replaced).
+		return nil, false, fmt.Errorf("stream %s: listing its log %s: %w", sc.Name, dir, err)
+	}
 	s.mu.Lock() // streams are opened several at once (hostAssigned)
 	known := slices.Contains(s.ident.Streams, sc.ID)
 	s.mu.Unlock()
