@@ -3,9 +3,9 @@ package server
 import (
 	"context"
 	"errors"
-	"io/fs"
 	"fmt"
 	"hash/fnv"
+	"io/fs"
 	"log/slog"
 	"net"
 	"net/http"
