@@ -110,7 +110,9 @@ func benchStreams(b *testing.B, n int) {
 	createStreams(b, ctx, cc, hot[1:])
 	waitLed(b, c, hotStreams+1, time.Now())
 	hotLoad(b, ctx, c, hot, "warm-up", 3*time.Second) // segments grown, clients connected
-	before := hotLoad(b, ctx, c, hot, "before", 10*time.Second)
+	// The best of two runs, before the idle streams and beside them: on a
+	// shared machine one run moves by ±40%.
+	before := best(hotLoad(b, ctx, c, hot, "before", 10*time.Second), hotLoad(b, ctx, c, hot, "before, again", 10*time.Second))
 
 	heap0, disk0 := heapInUse(), c.diskUsed(b)
 	var idle []string
@@ -132,7 +134,7 @@ func benchStreams(b *testing.B, n int) {
 	diskPer := float64(c.diskUsed(b)-disk0) / float64(3*n)
 
 	stopProfile = profileTo(b, "VDL_BENCH_HOTPROFILE")
-	after := hotLoad(b, ctx, c, hot, "after", 10*time.Second)
+	after := best(hotLoad(b, ctx, c, hot, "after", 10*time.Second), hotLoad(b, ctx, c, hot, "after, again", 10*time.Second))
 	stopProfile()
 	meta := metadataTime(b, ctx, c, n+hotStreams)
 	b.Logf("before the restart: %d idle streams created in %v, all led after %v; idle CPU %.1f%% of a core per server; "+
@@ -287,6 +289,11 @@ func hotLoad(b *testing.B, ctx context.Context, c *testCluster, hot []string, la
 	out := throughput{produce: float64(acked.Load()*size) / produced.Seconds(), consume: float64(read*size) / consumed.Seconds()}
 	b.Logf("hot streams %s: produced %d records (%.1f MB/s), consumed %d (%.1f MB/s)", label, acked.Load(), out.produce/1e6, read, out.consume/1e6)
 	return out
+}
+
+// best is the higher produce and consume rates of two runs.
+func best(a, b throughput) throughput {
+	return throughput{produce: max(a.produce, b.produce), consume: max(a.consume, b.consume)}
 }
 
 // hotEnds are the hot streams' end offsets.

@@ -38,6 +38,9 @@ type FileCache struct {
 	// n counts the slots taken: segments in the LRU list (files open)
 	// plus those being opened.
 	n int
+	// out counts the active segments taken back from the cache by a
+	// write (Log.unpark) and not parked again: their files are open too.
+	out int
 	// The LRU list of cached segments whose files are open, least
 	// recently used at the tail. A list rather than a map, so which
 	// segment is closed never depends on map order (the simulator relies
@@ -59,6 +62,21 @@ func (c *FileCache) reserve() {
 	victims := c.evictLocked()
 	c.mu.Unlock()
 	closeAll(victims)
+}
+
+// crowded reports whether the files open in the cache and those taken
+// back from it by writers fill the limit.
+func (c *FileCache) crowded() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.n+c.out >= c.limit
+}
+
+// returned uncounts a taken-back active segment whose log closed.
+func (c *FileCache) returned() {
+	c.mu.Lock()
+	c.out--
+	c.mu.Unlock()
 }
 
 // unreserve gives back a slot whose segment did not get its files.

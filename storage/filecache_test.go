@@ -435,3 +435,39 @@ func TestIdleLogsParkTheirActiveSegments(t *testing.T) {
 		require.NoError(t, l.Close())
 	}
 }
+
+// When many parked logs write at once (a restarted peer's groups all
+// electing, each writing its vote), each goes back to the cache as its
+// write is synced while the cache is over its limit: descriptors stay near
+// the limit instead of one per log until the next parking rounds (a
+// 10,000-stream restart ran a process of three servers out of
+// descriptors that way).
+func TestParkedLogsWritingAtOnceStayWithinTheCache(t *testing.T) {
+	const logs, limit = 40, 4
+	mem := vfs.NewMem()
+	cfs := &countFS{FS: mem}
+	files := NewFileCache(limit)
+	var ls []*Log
+	for k := range logs {
+		l := openMem(t, fcOpts(cfs, fmt.Sprintf("/data/%d", k), uint64(k+1), files))
+		fcWrite(t, l, 1, 5)
+		require.False(t, l.Park())
+		require.True(t, l.Park())
+		ls = append(ls, l)
+	}
+	for round := range 3 { // votes, then entries of the new term
+		for _, l := range ls {
+			require.NoError(t, l.Write(nil, hardState(uint64(2+round), 1, 5)))
+			_, err := l.Sync()
+			require.NoError(t, err)
+		}
+	}
+	open, peak := cfs.handles()
+	require.LessOrEqual(t, open, limit, "back in the cache after each sync")
+	require.LessOrEqual(t, peak, limit+2, "never one per log")
+	for k, l := range ls {
+		bs, err := l.Read(0, l.EndOffset(), 1<<20)
+		require.NoError(t, err)
+		require.Len(t, bs, 5, "log %d", k)
+	}
+}

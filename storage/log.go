@@ -71,6 +71,9 @@ type Log struct {
 	// count the last Sync covered, parkSeen the count at the last Park.
 	writes, synced, parkSeen uint64
 	parked                   *segment   // the active segment, while Park has it in the file cache
+	// reclaimed: the active segment was taken back from the file cache
+	// (counted in its out) and is not parked again yet.
+	reclaimed bool
 	uncache                  []*segment // rolled segments the next Sync drops from the page cache
 	scrP                     []prepEnt
 	scrR                     []ridxEnt
@@ -97,6 +100,10 @@ func (l *Log) Close() error {
 		return ErrClosed
 	}
 	l.closed = true
+	if l.reclaimed {
+		l.active().files.returned()
+		l.reclaimed = false
+	}
 	for _, s := range l.segs {
 		s.retire()
 	}
@@ -137,6 +144,12 @@ func (l *Log) Park() bool {
 		l.parkSeen = l.writes
 		return false
 	}
+	return l.parkLocked()
+}
+
+// parkLocked parks the active segment if everything written is synced;
+// wmu is held.
+func (l *Log) parkLocked() bool {
 	act := l.active()
 	c := act.files
 	c.mu.Lock()
@@ -147,6 +160,10 @@ func (l *Log) Park() bool {
 	}
 	act.cached, act.parked = true, true
 	c.n++
+	if l.reclaimed {
+		c.out--
+		l.reclaimed = false
+	}
 	c.pushLocked(act) // its file is open: it takes a slot like a closed segment's
 	victims := c.evictLocked()
 	c.mu.Unlock()
@@ -169,8 +186,9 @@ func (l *Log) unpark() error {
 	c := act.files
 	c.mu.Lock()
 	act.parked = false
+	c.out++
 	c.mu.Unlock()
-	l.parked = nil
+	l.parked, l.reclaimed = nil, true
 	return nil
 }
 
@@ -298,6 +316,15 @@ func (l *Log) Sync() (Synced, error) {
 	l.synced = max(l.synced, writes)
 	if applied > l.durableApplied.Load() {
 		l.durableApplied.Store(applied)
+	}
+	if l.reclaimed && act.files.crowded() {
+		// Parked again at once while the cache is over its limit: when
+		// thousands of idle streams write at once (a restarted peer's
+		// groups elect, each writing its vote), their files go back to
+		// the cache as each write is synced instead of staying open
+		// until the next parking rounds, so descriptors stay near
+		// open_segments whatever the number of streams.
+		l.parkLocked()
 	}
 	return synced, nil
 }
