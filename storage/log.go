@@ -70,15 +70,15 @@ type Log struct {
 	// writes counts writes to the active segment's file; synced is the
 	// count the last Sync covered, parkSeen the count at the last Park.
 	writes, synced, parkSeen uint64
-	parked                   *segment // the active segment, while Park has it in the file cache
+	parked                   *segment   // the active segment, while Park has it in the file cache
+	uncache                  []*segment // rolled segments the next Sync drops from the page cache
+	scrP                     []prepEnt
+	scrR                     []ridxEnt
+	scrL                     []lidxEnt
+	scrC                     []cacheEnt
 	// reclaimed: the active segment was taken back from the file cache
 	// (counted in its out) and is not parked again yet.
 	reclaimed bool
-	uncache   []*segment // rolled segments the next Sync drops from the page cache
-	scrP      []prepEnt
-	scrR      []ridxEnt
-	scrL      []lidxEnt
-	scrC      []cacheEnt
 
 	pendingApplied atomic.Uint64 // SetApplied
 	durableApplied atomic.Uint64 // Applied
