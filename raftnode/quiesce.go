@@ -54,11 +54,13 @@ var quiesceCtx = []byte("vdl/quiesce")
 const quiesceAfter = 3
 
 // quietGroup is a quiesced group: whether this server leads it, its
-// leader, and its other replicas.
+// leader, and its other replicas: those alive when it quiesced (peers),
+// and, on a leader, those gone silent (dead).
 type quietGroup struct {
 	leader bool
 	lead   uint64
 	peers  []uint64
+	dead   []uint64
 	// at is the node tick up to which the group's own tick count is
 	// brought (syncTicks): Tick skips quiesced groups.
 	at uint64
@@ -78,11 +80,14 @@ type quiescence struct {
 	peers   map[uint64]int
 	heard   map[uint64]uint64 // peer -> tick last heard from (peers only)
 	expired map[uint64]bool   // peers whose silence already woke their groups
+	// dead counts the quiesced groups led here that slept without each
+	// silent peer: a message from it wakes them, to catch it up.
+	dead map[uint64]int
 }
 
 func newQuiescence() quiescence {
 	return quiescence{quiet: map[uint64]*quietGroup{}, idle: map[uint64]int{}, peers: map[uint64]int{},
-		heard: map[uint64]uint64{}, expired: map[uint64]bool{}}
+		heard: map[uint64]uint64{}, expired: map[uint64]bool{}, dead: map[uint64]int{}}
 }
 
 // Quiesced reports whether the group is quiesced (tests, status).
@@ -94,6 +99,19 @@ func (c *Core) heardFrom(peer uint64) {
 	if _, ok := c.q.peers[peer]; ok {
 		c.q.heard[peer] = c.q.ticks
 		delete(c.q.expired, peer)
+	}
+	if c.q.dead[peer] > 0 {
+		c.wakeRevived(peer)
+	}
+}
+
+// wakeRevived wakes the groups led here that slept without peer, which is
+// heard from again (its server is back): they catch it up.
+func (c *Core) wakeRevived(peer uint64) {
+	for _, id := range c.ids {
+		if q := c.q.quiet[id]; q != nil && slices.Contains(q.dead, peer) {
+			c.wake(c.groups[id])
+		}
 	}
 }
 
@@ -156,9 +174,16 @@ func (c *Core) wakePeer(peer uint64) {
 }
 
 // idleLeader reports whether a led group has nothing left to do: every
-// replica holds, and this server has applied, the whole log, committed in
-// this term, with nothing proposed, read, written or transferred, and
-// every replica was heard from within an election timeout.
+// live replica holds, and this server has applied, the whole log,
+// committed in this term, with nothing proposed, read, written or
+// transferred, every live replica was heard from within half an election
+// timeout, and the live voters are a quorum. A replica not heard from for
+// more than an election timeout is dead (silent): the group may sleep
+// without it, and wakes when it is heard from again (CockroachDB quiesces
+// ranges with replicas on dead nodes likewise). Otherwise a dead server
+// woke every group it was a replica of for as long as it stayed down,
+// and the others' heartbeats to it cost the servers left more than the
+// groups' work.
 func (c *Core) idleLeader(g *group) bool {
 	if len(g.queued) > 0 || len(g.pending) > 0 || len(g.reads) > 0 || g.appending > 0 || g.waiting != nil {
 		return false
@@ -175,8 +200,17 @@ func (c *Core) idleLeader(g *group) bool {
 		return false
 	}
 	idle := true
-	g.rn.WithProgress(func(id uint64, _ raft.ProgressType, pr tracker.Progress) {
+	voters, live := 0, 0
+	g.rn.WithProgress(func(id uint64, typ raft.ProgressType, pr tracker.Progress) {
+		voter := typ == raft.ProgressTypePeer
+		if voter {
+			voters++
+		}
 		if id == c.cfg.ID {
+			live++ // a leader is a voter
+			return
+		}
+		if c.silent(g, id) {
 			return
 		}
 		heard, ok := g.heard[id]
@@ -184,16 +218,36 @@ func (c *Core) idleLeader(g *group) bool {
 			!ok || g.ticks-heard > uint64(c.cfg.ElectionTick)/2 {
 			idle = false
 		}
+		if voter {
+			live++
+		}
 	})
-	return idle
+	return idle && live > voters/2
+}
+
+// silent reports whether a led group's replica has not been heard from in
+// the group for more than an election timeout (one never heard from is
+// not: it may be a replica just added, not contacted yet). A quiesced
+// group hears nothing while it sleeps: its silent replicas are those it
+// slept without.
+func (c *Core) silent(g *group, id uint64) bool {
+	if q := c.q.quiet[g.id]; q != nil {
+		return slices.Contains(q.dead, id)
+	}
+	heard, ok := g.heard[id]
+	return ok && g.ticks-heard > uint64(c.cfg.ElectionTick)
 }
 
 // quiesceLeader quiesces a led group and tells its followers.
 func (c *Core) quiesceLeader(g *group) {
 	bs := g.rn.BasicStatus()
-	var peers []uint64
+	var peers, dead []uint64
 	g.rn.WithProgress(func(id uint64, _ raft.ProgressType, _ tracker.Progress) { // in id order
-		if id != c.cfg.ID {
+		switch {
+		case id == c.cfg.ID:
+		case c.silent(g, id):
+			dead = append(dead, id)
+		default:
 			peers = append(peers, id)
 		}
 	})
@@ -203,7 +257,7 @@ func (c *Core) quiesceLeader(g *group) {
 			Index: new(bs.GetCommit()), Commit: new(bs.GetCommit()), Context: quiesceCtx,
 		}})
 	}
-	c.quiesce(g, &quietGroup{leader: true, lead: c.cfg.ID, peers: peers}, func(p uint64) uint64 { return g.heard[p] })
+	c.quiesce(g, &quietGroup{leader: true, lead: c.cfg.ID, peers: peers, dead: dead}, func(p uint64) uint64 { return g.heard[p] })
 }
 
 // quiesce records a group as quiesced.
@@ -212,6 +266,9 @@ func (c *Core) quiesce(g *group, q *quietGroup, heard func(peer uint64) uint64) 
 	q.at = c.q.ticks
 	c.q.quiet[g.id] = q
 	c.awake = nil
+	for _, p := range q.dead {
+		c.q.dead[p]++
+	}
 	for _, p := range q.peers {
 		c.q.peers[p]++
 		// The group's own record of p, in group ticks, is as recent as
@@ -281,6 +338,19 @@ func (c *Core) wake(g *group) {
 		return
 	}
 	c.syncTicks(g)
+	// While it slept its replicas' liveness heartbeats stood for their
+	// answers: a woken group has heard from them as recently as those.
+	for _, p := range q.peers {
+		if h, ok := c.q.heard[p]; ok {
+			at := g.ticks - min(g.ticks, c.q.ticks-h)
+			if g.heard == nil {
+				g.heard = map[uint64]uint64{}
+			}
+			if old, ok := g.heard[p]; !ok || at > old {
+				g.heard[p] = at
+			}
+		}
+	}
 	delete(c.q.quiet, g.id)
 	c.awake = nil
 	var silent uint64
@@ -292,6 +362,11 @@ func (c *Core) wake(g *group) {
 			delete(c.q.peers, p)
 			delete(c.q.heard, p)
 			delete(c.q.expired, p)
+		}
+	}
+	for _, p := range q.dead {
+		if c.q.dead[p]--; c.q.dead[p] <= 0 {
+			delete(c.q.dead, p)
 		}
 	}
 	for range silent {
