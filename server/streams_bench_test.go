@@ -112,7 +112,9 @@ func benchStreams(b *testing.B, n int) {
 	hotLoad(b, ctx, c, hot, "warm-up", 3*time.Second) // segments grown, clients connected
 	// The best of two runs, before the idle streams and beside them: on a
 	// shared machine one run moves by ±40%.
+	stopProfile := profileTo(b, "VDL_BENCH_BEFOREPROFILE")
 	before := best(hotLoad(b, ctx, c, hot, "before", 10*time.Second), hotLoad(b, ctx, c, hot, "before, again", 10*time.Second))
+	stopProfile()
 
 	heap0, disk0 := heapInUse(), c.diskUsed(b)
 	var idle []string
@@ -125,7 +127,7 @@ func benchStreams(b *testing.B, n int) {
 	waitLed(b, c, n+hotStreams+1, start)
 	led := time.Since(start)
 	time.Sleep(5 * time.Second) // elections settle, groups quiesce
-	stopProfile := profileTo(b, "VDL_BENCH_CPUPROFILE")
+	stopProfile = profileTo(b, "VDL_BENCH_CPUPROFILE")
 	cpu0, t0 := processCPU(b), time.Now()
 	time.Sleep(10 * time.Second)
 	stopProfile()
@@ -287,8 +289,31 @@ func hotLoad(b *testing.B, ctx context.Context, c *testCluster, hot []string, la
 	}
 	consumed := time.Since(start)
 	out := throughput{produce: float64(acked.Load()*size) / produced.Seconds(), consume: float64(read*size) / consumed.Seconds()}
-	b.Logf("hot streams %s: produced %d records (%.1f MB/s), consumed %d (%.1f MB/s)", label, acked.Load(), out.produce/1e6, read, out.consume/1e6)
+	b.Logf("hot streams %s: produced %d records (%.1f MB/s), consumed %d (%.1f MB/s); %s", label, acked.Load(), out.produce/1e6, read, out.consume/1e6, c.hotLeaders(hot))
 	return out
+}
+
+// hotLeaders says which server leads each hot stream and how often their
+// leaders changed so far (a balancer moving them would show here).
+func (c *testCluster) hotLeaders(hot []string) string {
+	led := map[uint64]int{}
+	var changes uint64
+	for _, name := range hot {
+		for _, s := range c.servers {
+			if s == nil {
+				continue
+			}
+			sc, ok := s.dir.Stream(name)
+			if !ok {
+				continue
+			}
+			if st, ok := s.host.Status(sc.ID); ok && st.Role == "StateLeader" {
+				led[s.cfg.NodeID]++
+				changes += st.LeaderChanges
+			}
+		}
+	}
+	return fmt.Sprintf("led by server %v, %d leader changes", led, changes)
 }
 
 // best is the higher produce and consume rates of two runs.
@@ -484,7 +509,7 @@ func (c *testCluster) debugEvery(ctx context.Context, d time.Duration) {
 // profileTo writes a CPU profile, until stop, to the file the environment
 // variable env names (none if unset): VDL_BENCH_CPUPROFILE for the idle
 // window (what idle streams cost), VDL_BENCH_HOTPROFILE for the hot load
-// beside them.
+// beside them, VDL_BENCH_BEFOREPROFILE for the hot load before them.
 func profileTo(b *testing.B, env string) (stop func()) {
 	path := os.Getenv(env)
 	if path == "" {
