@@ -201,6 +201,9 @@ func (l *Log) readDisk(offset, hwm int64, maxBytes int, pooled bool) ([]Batch, *
 		}
 		total += span
 	}
+	// The server's catch-up IO budget: taken with no lock held, given
+	// back once the preads are done.
+	defer l.readBudget.acquire(total)()
 	l.stats.diskRead.Add(total)
 	var rb *ReadBuf
 	if pooled {
@@ -358,7 +361,7 @@ func (l *Log) readRun(s *segment, closed bool, ents []lidxEnt, buf []byte, out [
 		if !l.keepPageCache {
 			_ = s.f.DropCache(start, end-start)
 		}
-		s.readAhead(end, end-start)
+		s.readAhead(end, end-start, l.readBudget.aheadWindow(readAheadMax))
 	}
 	for _, e := range ents {
 		if canary.On(canary.ServeCorrupt) { // broken on purpose: no checksum on read
@@ -438,9 +441,9 @@ const (
 )
 
 // readAhead hints that s will be read from end on by a reader reading n
-// bytes at a time.
-func (s *segment) readAhead(end, n int64) {
-	window := min(max(8*n, readAheadMin), readAheadMax)
+// bytes at a time, at most maxWindow ahead (the read budget's size).
+func (s *segment) readAhead(end, n, maxWindow int64) {
+	window := min(max(8*n, readAheadMin), readAheadMax, maxWindow)
 	want := min(end+window, s.end)
 	old := s.hinted.Load()
 	from := old
