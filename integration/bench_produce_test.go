@@ -1,13 +1,18 @@
 package integration
 
 import (
+	"bufio"
 	"context"
 	"crypto/rand"
 	"encoding/binary"
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -16,13 +21,17 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/vdl-project/vdl/internal/diskprobe"
+	"github.com/vdl-project/vdl/internal/proccluster"
 )
 
 // BenchmarkProduceDefaults: produce on the default server config (no
 // tail_cache_bytes or other override; tick_ms 100, the server's default)
 // with franz-go's default producer (SeedBrokers and DefaultProduceTopic
 // only: idempotent, acks=all, snappy, linger 10 ms, 1 MB batches), 1 KiB
-// random values, beside the disk's limit measured in the same run:
+// values, beside the disk's limit measured in the same run. The values are
+// distinct slices of 16 MiB of random bytes: snappy (the default) finds
+// nothing to compress in a batch, as with real incompressible data (the
+// same value in every record compresses a 1 MB batch to a few KB).
 //
 //   - 4 clients as fast as they go for VDL_BENCH_SECONDS (default 15, 5
 //     with -short): MB/s against a third of the three-writer diskprobe
@@ -74,7 +83,17 @@ func runProduceDefaults(b *testing.B, dir string, dur time.Duration) {
 
 	sat := produceSaturated(b, c, brokers, stream, 4, dur)
 	rate := int(float64(sat.acked) / sat.secs / 2)
+	// The leader's side of the paced run: its Produce request stages and
+	// its storage and Raft histograms (VDL_BENCH_PROFILE: its CPU profile).
+	leader := c.Node(c.WaitLeader(stream, 20*time.Second))
+	names := []string{"vdl_kafka_request_stage_duration_seconds", "vdl_storage_write_duration_seconds",
+		"vdl_storage_fsync_duration_seconds", "vdl_raft_commit_duration_seconds"}
+	h0 := scrapeHists(b, leader, "", names...)
+	if prof := os.Getenv("VDL_BENCH_PROFILE"); prof != "" {
+		go leaderProfile(b, leader, prof+".produce", 6)
+	}
 	paced := pacedEndToEnd(b, brokers, stream, rate, 8*time.Second)
+	h1 := scrapeHists(b, leader, "", names...)
 
 	raw1, err := diskprobe.Measure(dir, 256<<10, 1, 3*time.Second)
 	if err != nil {
@@ -113,13 +132,20 @@ acks=all, snappy, linger 10 ms), 1 KiB random values (MB = MiB; load average bef
 		ms(paced.produce[0]), ms(paced.produce[1]), ms(paced.produce[2]), metStr(paced.produce[1] <= 10*time.Millisecond),
 		ms(paced.rtt[0]), ms(paced.rtt[1]), paced.requests,
 		ms(paced.e2e[0]), ms(paced.e2e[1]), ms(paced.e2e[2]), paced.delivered, paced.rate, paced.errs)
+	fmt.Printf("    the leader during the paced run:\n")
+	for _, st := range []string{"queue", "local", "remote", "response_queue", "send"} {
+		k := `vdl_kafka_request_stage_duration_seconds{api="Produce",stage="` + st + `"}`
+		fmt.Printf("      Produce stage %-15s %s\n", st, histDelta(h0[k], h1[k]))
+	}
+	for _, k := range names[1:] {
+		fmt.Printf("      %-38s %s\n", k, histDelta(h0[k], h1[k]))
+	}
 }
 
 // produceSaturated runs n default franz-go producers as fast as they go
 // for d.
 func produceSaturated(b *testing.B, c *Cluster, brokers []string, stream string, n int, d time.Duration) satResult {
-	value := make([]byte, 1<<10)
-	_, _ = rand.Read(value)
+	values := newValuePool()
 	var acked, errs atomic.Int64
 	ctx, cancel := context.WithTimeout(context.Background(), d)
 	defer cancel()
@@ -131,7 +157,7 @@ func produceSaturated(b *testing.B, c *Cluster, brokers []string, stream string,
 		}
 		defer cl.Close()
 		// Warm up (metadata, producer id, connection): not throughput.
-		if err := cl.ProduceSync(context.Background(), &kgo.Record{Value: value}).FirstErr(); err != nil {
+		if err := cl.ProduceSync(context.Background(), &kgo.Record{Value: values.next()}).FirstErr(); err != nil {
 			b.Fatal(err)
 		}
 		clients[p] = cl
@@ -143,7 +169,7 @@ func produceSaturated(b *testing.B, c *Cluster, brokers []string, stream string,
 	for _, cl := range clients {
 		wg.Go(func() {
 			for ctx.Err() == nil {
-				cl.Produce(ctx, &kgo.Record{Value: value}, func(_ *kgo.Record, err error) {
+				cl.Produce(ctx, &kgo.Record{Value: values.next()}, func(_ *kgo.Record, err error) {
 					if err == nil {
 						acked.Add(1)
 					} else if ctx.Err() == nil {
@@ -232,13 +258,14 @@ func pacedEndToEnd(b *testing.B, brokers []string, stream string, rate int, d ti
 		}
 	}()
 	ctx := context.Background()
+	values := newValuePool()
 	tick := time.NewTicker(time.Millisecond)
 	defer tick.Stop()
 	for sent := 0; sent < total; {
 		<-tick.C
 		due := min(total, int(time.Since(start).Seconds()*float64(rate)))
 		for ; sent < due; sent++ {
-			v := make([]byte, 1024)
+			v := append([]byte(nil), values.next()...)
 			t0 := time.Since(start)
 			binary.BigEndian.PutUint64(v, uint64(t0))
 			prod.Produce(ctx, &kgo.Record{Value: v}, func(_ *kgo.Record, err error) {
@@ -268,4 +295,111 @@ func pacedEndToEnd(b *testing.B, brokers []string, stream string, rate int, d ti
 		b.Logf("the tailing consumer got %d of %d records", len(e2e), total)
 	}
 	return r
+}
+
+// valuePool hands out distinct 1 KiB slices of 16 MiB of random bytes:
+// incompressible records, batch after batch.
+type valuePool struct {
+	data []byte
+	k    atomic.Int64
+}
+
+func newValuePool() *valuePool {
+	p := &valuePool{data: make([]byte, 16*mib)}
+	_, _ = rand.Read(p.data)
+	return p
+}
+
+func (p *valuePool) next() []byte {
+	i := int(p.k.Add(1)) % (len(p.data) >> 10) << 10
+	return p.data[i : i+1024 : i+1024]
+}
+
+// hist is a Prometheus histogram's state scraped from a server: sum,
+// count and cumulative buckets (upper bound in seconds -> count).
+type hist struct {
+	sum, count float64
+	le         map[float64]float64
+}
+
+// scrapeHists scrapes n's histograms whose series line starts with one of
+// the prefixes and contains filter: "name{labels}" without _bucket/_sum/
+// _count and le -> hist.
+func scrapeHists(b *testing.B, n *proccluster.Node, filter string, names ...string) map[string]hist {
+	out := map[string]hist{}
+	resp, err := n.AdminClient.Get(n.AdminBase + "/metrics")
+	if err != nil {
+		b.Logf("metrics: %v", err)
+		return out
+	}
+	defer resp.Body.Close()
+	sc := bufio.NewScanner(resp.Body)
+	for sc.Scan() {
+		line := sc.Text()
+		if !strings.Contains(line, filter) {
+			continue
+		}
+		for _, name := range names {
+			rest, ok := strings.CutPrefix(line, name)
+			if !ok {
+				continue
+			}
+			kind, labels := "", ""
+			for _, k := range []string{"_bucket", "_sum", "_count"} {
+				if r, ok := strings.CutPrefix(rest, k); ok {
+					kind, rest = k, r
+				}
+			}
+			sp := strings.LastIndexByte(rest, ' ')
+			if kind == "" || sp < 0 {
+				continue
+			}
+			v, _ := strconv.ParseFloat(rest[sp+1:], 64)
+			labels = rest[:sp]
+			var le float64
+			if i := strings.Index(labels, `le="`); i >= 0 {
+				s := labels[i+4:]
+				s = s[:strings.IndexByte(s, '"')]
+				le, _ = strconv.ParseFloat(s, 64) // "+Inf" parses as +Inf
+				labels = strings.TrimSuffix(strings.Replace(labels[:i]+labels[i+4+len(s)+1:], ",}", "}", 1), "{}")
+			}
+			key := name + labels
+			h := out[key]
+			switch kind {
+			case "_sum":
+				h.sum = v
+			case "_count":
+				h.count = v
+			default:
+				if h.le == nil {
+					h.le = map[float64]float64{}
+				}
+				h.le[le] = v
+			}
+			out[key] = h
+		}
+	}
+	return out
+}
+
+// histDelta describes what a histogram observed between two scrapes: its
+// mean and the bucket bound below which 99 % fell, in ms.
+func histDelta(a, z hist) string {
+	k := z.count - a.count
+	if k <= 0 {
+		return "-"
+	}
+	var les []float64
+	for le := range z.le {
+		les = append(les, le)
+	}
+	slices.Sort(les)
+	p99 := math.Inf(1)
+	for _, le := range les {
+		if z.le[le]-a.le[le] >= 0.99*k {
+			p99 = le
+			break
+		}
+	}
+	return fmt.Sprintf("mean %.2f p99 <= %.1f ms (%.0f)", 1000*(z.sum-a.sum)/k, 1000*p99, k)
 }
