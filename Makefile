@@ -84,7 +84,7 @@ bench-e2e:
 # consume beside a cold read of the same segment files, the Kafka 0.10
 # profile's consume beside its produce, a tailing consumer's latency idle
 # and during a catch-up from the disk (no read budget, the default one, a
-# paced one). VDL_BENCH_READ_MB (200), VDL_BENCH_ISO_ROUNDS (2),
+# paced one). VDL_BENCH_READ_MB (200), VDL_BENCH_ISO_ROUNDS (3),
 # VDL_BENCH_LEGACY_MB (128), VDL_BENCH_PROFILE (a path: the leader's CPU
 # profile during the first read). Dropping the page cache needs root.
 bench-read:

@@ -19,7 +19,8 @@ import (
 // benchmark process) with one producer paced at 500 records/s of 1 KiB,
 // idle and while another consumer reads a 200 MiB stream from offset 0
 // over and over (franz-go defaults everywhere), alternated
-// VDL_BENCH_ISO_ROUNDS times (default 2), 5 s each. Target: p99 during
+// VDL_BENCH_ISO_ROUNDS times (default 3), 5 s each, after a warm-up
+// phase of 3 s (not counted: the servers' work after the produce). Target: p99 during
 // the catch-up within 2x of idle.
 //
 // The catch-up must come from the disk, not the tail cache: the clusters
@@ -34,7 +35,7 @@ import (
 //	make bench-read
 func BenchmarkCatchUpIsolation(b *testing.B) {
 	total := int64(envInt(b, "VDL_BENCH_READ_MB", 200)) * mib
-	rounds := envInt(b, "VDL_BENCH_ISO_ROUNDS", 2)
+	rounds := envInt(b, "VDL_BENCH_ISO_ROUNDS", 3)
 	for i := 0; i < b.N; i++ {
 		if i > 0 {
 			break
@@ -70,6 +71,7 @@ func isolationRun(b *testing.B, name string, total int64, rounds int, inFlight, 
 	n := c.Node(oldLeader)
 	fmt.Printf("\n  %s (leaders: old on node %d, live on node %d)\n", name, oldLeader, liveLeader)
 	var idleAll, duringAll []time.Duration
+	tailLatency(b, brokers, 3*time.Second, nil) // warm-up
 	for round := range rounds {
 		idle := tailLatency(b, brokers, 5*time.Second, nil)
 		var caughtUp atomic.Int64

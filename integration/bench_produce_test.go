@@ -85,15 +85,22 @@ func runProduceDefaults(b *testing.B, dir string, dur time.Duration) {
 	rate := int(float64(sat.acked) / sat.secs / 2)
 	// The leader's side of the paced run: its Produce request stages and
 	// its storage and Raft histograms (VDL_BENCH_PROFILE: its CPU profile).
-	leader := c.Node(c.WaitLeader(stream, 20*time.Second))
+	leaderID := c.WaitLeader(stream, 20*time.Second)
+	leader := c.Node(leaderID)
 	names := []string{"vdl_kafka_request_stage_duration_seconds", "vdl_storage_write_duration_seconds",
 		"vdl_storage_fsync_duration_seconds", "vdl_raft_commit_duration_seconds"}
-	h0 := scrapeHists(b, leader, "", names...)
+	var h0, h1 [3]map[string]hist
+	for k := range h0 {
+		h0[k] = scrapeHists(b, c.Node(uint64(k+1)), "", names...)
+	}
 	if prof := os.Getenv("VDL_BENCH_PROFILE"); prof != "" {
 		go leaderProfile(b, leader, prof+".produce", 6)
 	}
 	paced := pacedEndToEnd(b, brokers, stream, rate, 8*time.Second)
-	h1 := scrapeHists(b, leader, "", names...)
+	for k := range h1 {
+		h1[k] = scrapeHists(b, c.Node(uint64(k+1)), "", names...)
+	}
+	lh0, lh1 := h0[leaderID-1], h1[leaderID-1]
 
 	raw1, err := diskprobe.Measure(dir, 256<<10, 1, 3*time.Second)
 	if err != nil {
@@ -132,13 +139,16 @@ acks=all, snappy, linger 10 ms), 1 KiB random values (MB = MiB; load average bef
 		ms(paced.produce[0]), ms(paced.produce[1]), ms(paced.produce[2]), metStr(paced.produce[1] <= 10*time.Millisecond),
 		ms(paced.rtt[0]), ms(paced.rtt[1]), paced.requests,
 		ms(paced.e2e[0]), ms(paced.e2e[1]), ms(paced.e2e[2]), paced.delivered, paced.rate, paced.errs)
-	fmt.Printf("    the leader during the paced run:\n")
+	fmt.Printf("    the leader (node %d) during the paced run:\n", leaderID)
 	for _, st := range []string{"queue", "local", "remote", "response_queue", "send"} {
 		k := `vdl_kafka_request_stage_duration_seconds{api="Produce",stage="` + st + `"}`
-		fmt.Printf("      Produce stage %-15s %s\n", st, histDelta(h0[k], h1[k]))
+		fmt.Printf("      Produce stage %-15s %s\n", st, histDelta(lh0[k], lh1[k]))
 	}
-	for _, k := range names[1:] {
-		fmt.Printf("      %-38s %s\n", k, histDelta(h0[k], h1[k]))
+	fmt.Printf("      %-38s %s\n", names[3], histDelta(lh0[names[3]], lh1[names[3]]))
+	for k := range h0 {
+		for _, name := range names[1:3] {
+			fmt.Printf("      node %d %-31s %s\n", k+1, name, histDelta(h0[k][name], h1[k][name]))
+		}
 	}
 }
 
