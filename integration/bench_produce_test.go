@@ -96,7 +96,10 @@ func runProduceDefaults(b *testing.B, dir string, dur time.Duration) {
 	if prof := os.Getenv("VDL_BENCH_PROFILE"); prof != "" {
 		go leaderProfile(b, leader, prof+".produce", 6)
 	}
+	pcpu0, pself0, pt0 := c.CPUSeconds(), selfCPU(), time.Now()
 	paced := pacedEndToEnd(b, brokers, stream, rate, 8*time.Second)
+	psecs := time.Since(pt0).Seconds()
+	pserver, pclient := (c.CPUSeconds()-pcpu0)/psecs, (selfCPU()-pself0)/psecs
 	for k := range h1 {
 		h1[k] = scrapeHists(b, c.Node(uint64(k+1)), "", names...)
 	}
@@ -139,6 +142,7 @@ acks=all, snappy, linger 10 ms), 1 KiB random values (MB = MiB; load average bef
 		ms(paced.produce[0]), ms(paced.produce[1]), ms(paced.produce[2]), metStr(paced.produce[1] <= 10*time.Millisecond),
 		ms(paced.rtt[0]), ms(paced.rtt[1]), paced.requests,
 		ms(paced.e2e[0]), ms(paced.e2e[1]), ms(paced.e2e[2]), paced.delivered, paced.rate, paced.errs)
+	fmt.Printf("    CPU during the paced run                 servers %.2f cores, bench process (producer, consumer) %.2f cores\n", pserver, pclient)
 	fmt.Printf("    the leader (node %d) during the paced run:\n", leaderID)
 	for _, st := range []string{"queue", "local", "remote", "response_queue", "send"} {
 		k := `vdl_kafka_request_stage_duration_seconds{api="Produce",stage="` + st + `"}`
