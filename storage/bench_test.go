@@ -257,6 +257,8 @@ func BenchmarkWriteLatencyUnderCatchUpReads(b *testing.B) {
 	b.Run("fs=mem", func(b *testing.B) { writeLatencyUnderReads(b, vfs.NewMem(), nil) })
 	b.Run("fs=disk", func(b *testing.B) { writeLatencyUnderReads(b, vfs.OS{}, nil) })
 	b.Run("fs=disk/budget=default", func(b *testing.B) { writeLatencyUnderReads(b, vfs.OS{}, NewReadBudget(0, 0)) })
+	b.Run("fs=disk/budget=4MiB", func(b *testing.B) { writeLatencyUnderReads(b, vfs.OS{}, NewReadBudget(4<<20, 0)) })
+	b.Run("fs=disk/budget=1MiB", func(b *testing.B) { writeLatencyUnderReads(b, vfs.OS{}, NewReadBudget(1<<20, 0)) })
 	b.Run("fs=disk/budget=100MiBps", func(b *testing.B) { writeLatencyUnderReads(b, vfs.OS{}, NewReadBudget(0, 100<<20)) })
 }
 

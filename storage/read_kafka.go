@@ -201,9 +201,6 @@ func (l *Log) readDisk(offset, hwm int64, maxBytes int, pooled bool) ([]Batch, *
 		}
 		total += span
 	}
-	// The server's catch-up IO budget: taken with no lock held, given
-	// back once the preads are done.
-	defer l.readBudget.acquire(total)()
 	l.stats.diskRead.Add(total)
 	var rb *ReadBuf
 	if pooled {
@@ -351,7 +348,7 @@ func (l *Log) runSpan(s *segment, ents []lidxEnt) (int64, error) {
 func (l *Log) readRun(s *segment, closed bool, ents []lidxEnt, buf []byte, out []Batch) ([]Batch, error) {
 	start := ents[0].pos - recHeaderSize
 	end := start + int64(len(buf))
-	if err := preadFull(s.f, buf, start); err != nil {
+	if err := l.readBudget.pread(s.f, buf, start); err != nil {
 		return out, err
 	}
 	if closed {

@@ -4,6 +4,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/vdl-project/vdl/vfs"
 )
 
 // ReadBudget is the IO budget of a server's catch-up reads: the disk reads
@@ -123,6 +125,33 @@ func (b *ReadBudget) release(n int64) {
 		b.used += w.n
 		close(w.ready)
 	}
+}
+
+// readPiece is the most a catch-up read asks of the disk at once under a
+// budget: a larger read is made of several preads, each taking its bytes
+// of the budget (at most the budget) while it runs, so what the budget
+// bounds is what the device has queued for catch-up readers, not how much
+// one read may ask for.
+const readPiece = 1 << 20
+
+// pread reads len(buf) bytes at off from f in pieces of at most
+// readPiece (or the budget), each within the budget. It is called with no
+// lock of the log held. A nil budget reads with one pread.
+func (b *ReadBudget) pread(f vfs.File, buf []byte, off int64) error {
+	if b == nil {
+		return preadFull(f, buf, off)
+	}
+	piece := min(readPiece, int(b.limit))
+	for k := 0; k < len(buf); k += piece {
+		n := min(piece, len(buf)-k)
+		release := b.acquire(int64(n))
+		err := preadFull(f, buf[k:k+n], off+int64(k))
+		release()
+		if err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // aheadWindow caps the kernel read ahead hinted for a catch-up reader at

@@ -30,13 +30,14 @@ func catchUpLog(t *testing.T, fs vfs.FS, dir string, b *ReadBudget) (*Log, func(
 }
 
 // Catch-up reads of the logs sharing a budget read the disk at most
-// budget bytes at once: while one read of 200 KiB is inside its preads, a
-// second one, of another stream, waits for the budget instead of adding
-// its own to the device's queue; it goes on when the first is done. Tail
-// reads and writes of either log do not wait meanwhile.
+// budget bytes at once: while a read of 200 KiB is inside a pread (a
+// segment's run: close to 64 KiB, the budget), a second one, of another
+// stream, waits for the budget instead of adding its own to the device's
+// queue; it goes on when the first pread is done. Tail reads and writes
+// of either log do not wait meanwhile.
 func TestReadBudgetBoundsCatchUpReads(t *testing.T) {
 	fs := &stallFS{FS: vfs.NewMem()}
-	budget := NewReadBudget(256<<10, 0)
+	budget := NewReadBudget(64<<10, 0)
 	a, writeA := catchUpLog(t, fs, "/data/a", budget)
 	defer a.Close()
 	b, _ := catchUpLog(t, fs, "/data/b", budget)
@@ -90,7 +91,7 @@ func TestReadBudgetBoundsCatchUpReads(t *testing.T) {
 	got := <-readB
 	require.NoError(t, got.err)
 	require.Equal(t, wantB, got.bs)
-	require.Equal(t, int64(1), budget.Waits())
+	require.GreaterOrEqual(t, budget.Waits(), int64(1))
 	require.Zero(t, budget.Waiting())
 }
 
