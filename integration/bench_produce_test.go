@@ -81,6 +81,13 @@ func runProduceDefaults(b *testing.B, dir string, dur time.Duration) {
 		TickMillis: 100, LogLevel: "warn"})
 	brokers := c.KafkaAddrs()
 
+	if prof := os.Getenv("VDL_BENCH_PROFILE"); prof != "" {
+		// The leader's and a follower's CPU profiles of the saturated run
+		// (it starts after the clients' warm-up, about a second in).
+		l := c.WaitLeader(stream, 20*time.Second)
+		go leaderProfile(b, c.Node(l), prof+".saturated.leader", 8)
+		go leaderProfile(b, c.Node(l%3+1), prof+".saturated.follower", 8)
+	}
 	sat := produceSaturated(b, c, brokers, stream, 4, dur)
 	rate := int(float64(sat.acked) / sat.secs / 2)
 	// The leader's side of the paced run: its Produce request stages and
