@@ -40,8 +40,12 @@ bench-replication:
 	$(GO) test -count=1 -run '^$$' -bench . -benchtime 10s -timeout 20m ./raftnode/clustertest/
 
 # End-to-end: a local 3-process cluster, franz-go producers and consumers,
-# beside the raw disk limit (docs/performance.md). VDL_BENCH_SECONDS (20),
-# VDL_BENCH_PRODUCERS (4), VDL_BENCH_INFLIGHT (1), VDL_BENCH_DIR (a temp dir).
+# beside the raw disk limit (docs/performance.md): BenchmarkProduceDefaults
+# (default server config and franz-go producer: 4 clients against the
+# 3-writer disk aggregate / 3, one client at half that load, end-to-end
+# latency), then BenchmarkE2E (tuned, labelled). VDL_BENCH_SECONDS (15 and
+# 20), VDL_BENCH_PRODUCERS (4, E2E), VDL_BENCH_INFLIGHT (1, E2E),
+# VDL_BENCH_DIR (a temp dir).
 # A campaign against real processes: make campaign NAME=kill_restart_leader
 # (testcases/NAME.txt, jepsen-like/campaigns/NAME.txt or NAME.yaml, or
 # jepsen-like/campaigns/extra/NAME.yaml). A report directory per run in
@@ -73,16 +77,18 @@ bench-tls:
 	$(GO) test -count=1 -run '^$$' -bench '^BenchmarkTLS$$' -benchtime 1x -timeout 10m ./integration/
 
 bench-e2e:
+	$(GO) test -count=1 -run '^$$' -bench '^BenchmarkProduceDefaults$$' -benchtime 1x -timeout 10m ./integration/
 	$(GO) test -count=1 -run '^$$' -bench '^BenchmarkE2E$$' -benchtime 1x -timeout 10m ./integration/
 
 # Reads on the default config (docs/performance.md): catch-up and tailing
 # consume beside a cold read of the same segment files, the Kafka 0.10
 # profile's consume beside its produce, a tailing consumer's latency idle
-# and during a catch-up. VDL_BENCH_READ_MB (200),
+# and during a catch-up from the disk (no read budget, the default one, a
+# paced one). VDL_BENCH_READ_MB (200), VDL_BENCH_ISO_ROUNDS (3),
 # VDL_BENCH_LEGACY_MB (128), VDL_BENCH_PROFILE (a path: the leader's CPU
 # profile during the first read). Dropping the page cache needs root.
 bench-read:
-	$(GO) test -count=1 -run '^$$' -bench '^(BenchmarkReadDefaults|BenchmarkKafka010|BenchmarkCatchUpIsolation)$$' -benchtime 1x -timeout 15m ./integration/
+	$(GO) test -count=1 -run '^$$' -bench '^(BenchmarkReadDefaults|BenchmarkKafka010|BenchmarkCatchUpIsolation)$$' -benchtime 1x -timeout 20m ./integration/
 
 # Regression benchmarks of the fetch path: allocations and bytes copied per
 # fetch, pooled reads, down-conversion throughput per core.

@@ -251,7 +251,9 @@ func dropPageCache() error {
 // leaderProfile saves a CPU profile of n (its admin API's pprof) of secs
 // seconds to path (VDL_BENCH_PROFILE): the profile behind a figure.
 func leaderProfile(b *testing.B, n *proccluster.Node, path string, secs int) {
-	resp, err := n.AdminClient.Get(fmt.Sprintf("%s/debug/pprof/profile?seconds=%d", n.AdminBase, secs))
+	cl := *n.AdminClient
+	cl.Timeout = time.Duration(secs+30) * time.Second // the admin client's own is shorter than a profile
+	resp, err := cl.Get(fmt.Sprintf("%s/debug/pprof/profile?seconds=%d", n.AdminBase, secs))
 	if err != nil {
 		b.Logf("profile: %v", err)
 		return

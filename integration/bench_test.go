@@ -403,8 +403,10 @@ func report(b *testing.B, r e2eResult) {
 	b.ReportMetric(tail, "tail-MB/s")
 	b.ReportMetric(r.catchupMBps, "catchup-MB/s")
 	fmt.Printf(`
-VDL end-to-end benchmark: 3 vdl processes on 127.0.0.1, data dirs on one disk, franz-go clients,
-%d B values, acks=all, no compression (MB = MiB; load average before the produce run: %s)
+VDL end-to-end benchmark, TUNED (tail_cache_bytes 192 MiB; producers: linger 1 ms, no idempotence,
+no compression, 2048 buffered records; consumers: 32 MiB partition fetches; BenchmarkProduceDefaults
+has the defaults): 3 vdl processes on 127.0.0.1, data dirs on one disk, franz-go clients,
+%d B values, acks=all (MB = MiB; load average before the produce run: %s)
 
   raw disk: 256 KiB WriteAt + fdatasync      %8.1f MB/s  -> limit for 3 replicas on one disk: raw/3 = %.1f MB/s
                                                           (measured after the cluster phases, same file system)

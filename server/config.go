@@ -13,6 +13,7 @@ import (
 	"github.com/vdl-project/vdl/internal/tomlconf"
 	"github.com/vdl-project/vdl/raftnode"
 	"github.com/vdl-project/vdl/raftnode/producers"
+	"github.com/vdl-project/vdl/storage"
 )
 
 // Config is a server's configuration, read from a TOML file (see
@@ -167,6 +168,13 @@ type StorageConfig struct {
 	// KeepPageCache leaves closed segments in the OS page cache (by
 	// default they are dropped: see storage.Options.KeepPageCache).
 	KeepPageCache bool `toml:"keep_page_cache"`
+	// CatchUpReadBytes bounds the catch-up reads (fetches served from the
+	// segment files, not the tail cache) reading the disk at once, all
+	// streams together (storage.ReadBudget). Default 16 MiB.
+	CatchUpReadBytes int64 `toml:"catchup_read_bytes"`
+	// CatchUpReadBytesPerSec paces them, all streams together. 0
+	// (default): not paced.
+	CatchUpReadBytesPerSec int64 `toml:"catchup_read_bytes_per_sec"`
 	// RetentionCheckMs is how often a leader applies its streams'
 	// retention policies. Default 30000.
 	RetentionCheckMs int `toml:"retention_check_ms"`
@@ -363,6 +371,13 @@ func (c *Config) Validate() error {
 	}
 	if c.Storage.TailCacheBytes == 0 {
 		c.Storage.TailCacheBytes = defaultTailBudget()
+	}
+	if c.Storage.CatchUpReadBytes < 0 || c.Storage.CatchUpReadBytesPerSec < 0 {
+		errs = append(errs, fmt.Errorf("storage.catchup_read_bytes %d or catchup_read_bytes_per_sec %d is negative",
+			c.Storage.CatchUpReadBytes, c.Storage.CatchUpReadBytesPerSec))
+	}
+	if c.Storage.CatchUpReadBytes == 0 {
+		c.Storage.CatchUpReadBytes = storage.DefaultCatchUpReadBytes
 	}
 	if c.Storage.RetentionCheckMs == 0 {
 		c.Storage.RetentionCheckMs = 30000

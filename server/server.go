@@ -48,6 +48,7 @@ type Server struct {
 	space      *storage.Space
 	files      *storage.FileCache  // closed segments' file handles, shared by the streams
 	tailBudget *storage.TailBudget // the streams' tail caches' memory, shared by recency
+	readBudget *storage.ReadBudget // the streams' catch-up reads' disk IO
 	dirOps     chan func()         // peer bookkeeping of membership changes, in order
 
 	// ctx ends when the server closes (snapshot entry copies, waits).
@@ -130,6 +131,7 @@ func newServer(cfg Config, logger *slog.Logger, fsys vfs.FS) (*Server, error) {
 		tail = defaultTailBudget()
 	}
 	s.tailBudget = storage.NewTailBudget(tail)
+	s.readBudget = storage.NewReadBudget(cfg.Storage.CatchUpReadBytes, cfg.Storage.CatchUpReadBytesPerSec)
 	s.wg.Add(1)
 	go s.runDirOps()
 	peers := map[uint64]string{}
@@ -322,6 +324,7 @@ func (s *Server) openStream(sc StreamConfig, mode startMode) (*stream, bool, err
 		Stream:        sc.ID,
 		SegmentSize:   s.cfg.Storage.SegmentBytes,
 		TailBudget:    s.tailBudget,
+		ReadBudget:    s.readBudget,
 		ReadAhead:     true,
 		KeepPageCache: s.cfg.Storage.KeepPageCache,
 		Space:         s.space,

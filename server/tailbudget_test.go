@@ -4,6 +4,8 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/vdl-project/vdl/storage"
 )
 
 // The default tail cache budget is a fraction of memory within its bounds.
@@ -14,4 +16,15 @@ func TestDefaultTailBudget(t *testing.T) {
 	if m := memoryLimit(); m > 0 {
 		require.Equal(t, min(max(m/16, minTailBudget), maxTailBudget), b)
 	}
+}
+
+// The catch-up read budget defaults to storage's, and refuses negatives.
+func TestCatchUpReadBudgetConfig(t *testing.T) {
+	cfg := Config{NodeID: 1, DataDir: "d", KafkaListen: "127.0.0.1:0", RaftListen: "127.0.0.1:0", Peers: []Peer{{ID: 1}},
+		TLS: TLSConfig{InsecurePeers: true}}
+	require.NoError(t, cfg.Validate())
+	require.Equal(t, int64(storage.DefaultCatchUpReadBytes), cfg.Storage.CatchUpReadBytes)
+	require.Zero(t, cfg.Storage.CatchUpReadBytesPerSec)
+	cfg.Storage.CatchUpReadBytesPerSec = -1
+	require.ErrorContains(t, cfg.Validate(), "catchup_read_bytes_per_sec -1 is negative")
 }

@@ -61,6 +61,10 @@ type Options struct {
 	// next chunk in a goroutine (readahead.go). Off by default: the
 	// simulator's disk must see only its own, deterministic IO.
 	ReadAhead bool
+	// ReadBudget is the IO budget of catch-up reads (disk reads of Read
+	// and ReadPooled, and the reads ahead for them) of all logs that share
+	// it (a server's): readbudget.go. Nil: none.
+	ReadBudget *ReadBudget
 	// TailBudget bounds the tail caches of all logs that share it (a
 	// server's): the most recently written streams keep the most. Nil:
 	// the log's cache has TailCacheBytes alone.

@@ -43,6 +43,7 @@ type Log struct {
 	ahead         aheadReads    // catch-up reads started ahead of their consumers
 	lastWrite     atomic.Uint64 // TailBudget's recency tick of the newest write
 	readAhead     bool          // Options.ReadAhead
+	readBudget    *ReadBudget   // Options.ReadBudget
 	stats         stats         // I/O counters (Stats)
 
 	wmu sync.Mutex

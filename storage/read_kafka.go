@@ -348,7 +348,7 @@ func (l *Log) runSpan(s *segment, ents []lidxEnt) (int64, error) {
 func (l *Log) readRun(s *segment, closed bool, ents []lidxEnt, buf []byte, out []Batch) ([]Batch, error) {
 	start := ents[0].pos - recHeaderSize
 	end := start + int64(len(buf))
-	if err := preadFull(s.f, buf, start); err != nil {
+	if err := l.readBudget.pread(s.f, buf, start); err != nil {
 		return out, err
 	}
 	if closed {
@@ -358,7 +358,7 @@ func (l *Log) readRun(s *segment, closed bool, ents []lidxEnt, buf []byte, out [
 		if !l.keepPageCache {
 			_ = s.f.DropCache(start, end-start)
 		}
-		s.readAhead(end, end-start)
+		s.readAhead(end, end-start, l.readBudget.aheadWindow(readAheadMax))
 	}
 	for _, e := range ents {
 		if canary.On(canary.ServeCorrupt) { // broken on purpose: no checksum on read
@@ -438,9 +438,9 @@ const (
 )
 
 // readAhead hints that s will be read from end on by a reader reading n
-// bytes at a time.
-func (s *segment) readAhead(end, n int64) {
-	window := min(max(8*n, readAheadMin), readAheadMax)
+// bytes at a time, at most maxWindow ahead (the read budget's size).
+func (s *segment) readAhead(end, n, maxWindow int64) {
+	window := min(max(8*n, readAheadMin), readAheadMax, maxWindow)
 	want := min(end+window, s.end)
 	old := s.hinted.Load()
 	from := old

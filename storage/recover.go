@@ -49,6 +49,7 @@ func Open(opts Options) (*Log, error) {
 	l.cache.limit = opts.TailCacheBytes
 	l.cache.budget = opts.TailBudget
 	l.readAhead = opts.ReadAhead
+	l.readBudget = opts.ReadBudget
 	if err := l.recover(); err != nil {
 		for _, s := range l.segs {
 			s.retire()

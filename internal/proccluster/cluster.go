@@ -49,10 +49,13 @@ type Options struct {
 	Streams        []string // default ["s1"]; ids 1, 2, ...
 	TickMillis     int      // default 50 (election after 10-20 ticks)
 	SegmentBytes   int64    // default: the server's
-	TailCacheBytes int64    // default: the server's (8 MiB)
-	ReservedBytes  int64    // the data dir's space reserve; default: the server's
-	LogLevel       string   // default "info"
-	Dir            string   // default tb.TempDir()
+	TailCacheBytes int64    // default: the server's (a fraction of memory)
+	// CatchUpReadBytes, CatchUpReadBytesPerSec: the servers' catch-up
+	// read budget (storage.catchup_read_bytes, _per_sec); 0: the default.
+	CatchUpReadBytes, CatchUpReadBytesPerSec int64
+	ReservedBytes                            int64  // the data dir's space reserve; default: the server's
+	LogLevel                                 string // default "info"
+	Dir                                      string // default tb.TempDir()
 	// StartTimeout bounds each wait of Start, Restart and RestartAll: for a
 	// node's /health, for a stream's serving leader. Default 20s.
 	StartTimeout time.Duration
@@ -282,7 +285,8 @@ func (c *Cluster) config(n *Node) string {
 	fmt.Fprintf(&sb, "[admin]\ntoken_file = %q\n\n", cert("admin.token"))
 	fmt.Fprintf(&sb, "[sasl]\nusers_file = %q\n\n", cert("users.toml"))
 	fmt.Fprintf(&sb, "[raft]\ntick_ms = %d\n\n", c.opts.TickMillis)
-	if c.opts.SegmentBytes > 0 || c.opts.TailCacheBytes > 0 || c.opts.ReservedBytes != 0 {
+	if c.opts.SegmentBytes > 0 || c.opts.TailCacheBytes > 0 || c.opts.ReservedBytes != 0 ||
+		c.opts.CatchUpReadBytes > 0 || c.opts.CatchUpReadBytesPerSec > 0 {
 		sb.WriteString("[storage]\n")
 		if c.opts.SegmentBytes > 0 {
 			fmt.Fprintf(&sb, "segment_bytes = %d\n", c.opts.SegmentBytes)
@@ -292,6 +296,12 @@ func (c *Cluster) config(n *Node) string {
 		}
 		if c.opts.ReservedBytes != 0 {
 			fmt.Fprintf(&sb, "reserved_bytes = %d\n", c.opts.ReservedBytes)
+		}
+		if c.opts.CatchUpReadBytes > 0 {
+			fmt.Fprintf(&sb, "catchup_read_bytes = %d\n", c.opts.CatchUpReadBytes)
+		}
+		if c.opts.CatchUpReadBytesPerSec > 0 {
+			fmt.Fprintf(&sb, "catchup_read_bytes_per_sec = %d\n", c.opts.CatchUpReadBytesPerSec)
 		}
 		sb.WriteString("\n")
 	}
