@@ -4,21 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io/fs"
-	"maps"
 	"math/rand/v2"
 	"net/http"
 	_ "net/http/pprof"
 	"os"
-	"path/filepath"
-	"runtime"
-	"runtime/pprof"
 	"slices"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
@@ -52,23 +45,6 @@ func BenchmarkStreams(b *testing.B) {
 	raiseFileLimit(b, 3*4*n+10000)
 	for range b.N {
 		benchStreams(b, n)
-	}
-}
-
-// raiseFileLimit raises this process's descriptor limit to at least n
-// (root may raise the hard limit too): the benchmark runs three servers in
-// one process, which a deployment gives a limit each (LimitNOFILE=65536 in
-// deploy/), and a restarted server's groups all elect at once, each
-// writing its vote to its log's active segment.
-func raiseFileLimit(b *testing.B, n int) {
-	var lim syscall.Rlimit
-	require.NoError(b, syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim))
-	if lim.Cur >= uint64(n) {
-		return
-	}
-	want := syscall.Rlimit{Cur: uint64(n), Max: max(lim.Max, uint64(n))}
-	if err := syscall.Setrlimit(syscall.RLIMIT_NOFILE, &want); err != nil {
-		b.Logf("descriptor limit %d kept (raising it to %d: %v): a restart at this scale may run out", lim.Cur, n, err)
 	}
 }
 
@@ -293,29 +269,6 @@ func hotLoad(b *testing.B, ctx context.Context, c *testCluster, hot []string, la
 	return out
 }
 
-// hotLeaders says which server leads each hot stream and how often their
-// leaders changed so far (a balancer moving them would show here).
-func (c *testCluster) hotLeaders(hot []string) string {
-	led := map[uint64]int{}
-	var changes uint64
-	for _, name := range hot {
-		for _, s := range c.servers {
-			if s == nil {
-				continue
-			}
-			sc, ok := s.dir.Stream(name)
-			if !ok {
-				continue
-			}
-			if st, ok := s.host.Status(sc.ID); ok && st.Role == "StateLeader" {
-				led[s.cfg.NodeID]++
-				changes += st.LeaderChanges
-			}
-		}
-	}
-	return fmt.Sprintf("led by server %v, %d leader changes", led, changes)
-}
-
 // best is the higher produce and consume rates of two runs.
 func best(a, b throughput) throughput {
 	return throughput{produce: max(a.produce, b.produce), consume: max(a.consume, b.consume)}
@@ -395,156 +348,9 @@ func (c *testCluster) restartTime(b *testing.B, i int) time.Duration {
 	return took
 }
 
-// watchOpenFiles samples the process's descriptors every 50 ms until the
-// returned function is called, which reports the most seen and what they
-// were then.
-func watchOpenFiles(c *testCluster) func() (int, string) {
-	done := make(chan struct{})
-	var mu sync.Mutex
-	most, peak := 0, ""
-	go func() {
-		for {
-			select {
-			case <-done:
-				return
-			case <-time.After(50 * time.Millisecond):
-			}
-			if n := openFiles(); n > most {
-				kinds := c.openFilesByKind()
-				mu.Lock()
-				most, peak = n, kinds
-				mu.Unlock()
-			}
-		}
-	}()
-	return func() (int, string) {
-		close(done)
-		mu.Lock()
-		defer mu.Unlock()
-		return most, peak
-	}
-}
-
-// openFiles is how many descriptors this process has open.
-func openFiles() int {
-	ents, _ := os.ReadDir("/proc/self/fd")
-	return len(ents)
-}
-
-// openFilesByKind counts this process's descriptors by server (data dir)
-// and kind (file extension, or what else they are), for a restart's peak.
-func (c *testCluster) openFilesByKind() string {
-	ents, _ := os.ReadDir("/proc/self/fd")
-	counts := map[string]int{}
-	for _, e := range ents {
-		target, err := os.Readlink(filepath.Join("/proc/self/fd", e.Name()))
-		if err != nil {
-			continue
-		}
-		kind := "other"
-		for i, cfg := range c.cfgs {
-			if strings.HasPrefix(target, cfg.DataDir+"/") {
-				kind = fmt.Sprintf("server %d %s", i+1, filepath.Ext(target))
-			}
-		}
-		if strings.HasPrefix(target, "socket:") {
-			kind = "socket"
-		}
-		counts[kind]++
-	}
-	var out []string
-	for _, k := range slices.Sorted(maps.Keys(counts)) {
-		out = append(out, fmt.Sprintf("%s %d", k, counts[k]))
-	}
-	return strings.Join(out, ", ")
-}
-
-// diskUsed is the disk the servers' data dirs take (allocated blocks).
-func (c *testCluster) diskUsed(b *testing.B) int64 {
-	var total int64
-	for _, cfg := range c.cfgs {
-		err := filepath.WalkDir(cfg.DataDir, func(_ string, d fs.DirEntry, err error) error {
-			if err != nil || d.IsDir() {
-				return err
-			}
-			info, err := d.Info()
-			if err != nil {
-				return nil // removed meanwhile
-			}
-			if st, ok := info.Sys().(*syscall.Stat_t); ok {
-				total += st.Blocks * 512
-			}
-			return nil
-		})
-		require.NoError(b, err)
-	}
-	return total
-}
-
-// debugEvery prints, every d, each server's groups by role, the highest
-// term, and its transport's drops and queues: what a long run is doing.
-func (c *testCluster) debugEvery(ctx context.Context, d time.Duration) {
-	for ctx.Err() == nil {
-		time.Sleep(d)
-		for i, s := range c.servers {
-			if s == nil {
-				continue
-			}
-			roles := map[string]int{}
-			var maxTerm uint64
-			for _, gs := range s.host.Statuses() {
-				roles[gs.Role]++
-				maxTerm = max(maxTerm, gs.Term)
-			}
-			var tr []string
-			for id, ps := range s.transport.Stats() {
-				tr = append(tr, fmt.Sprintf("to %d: dropped %d queued %d sent %d reconnects %d dial failures %d", id, ps.Dropped, ps.QueuedBytes, ps.SentFrames, ps.Reconnects, ps.DialFailures))
-			}
-			slices.Sort(tr)
-			fmt.Fprintf(os.Stderr, "debug: server %d roles %v max term %d; %s\n", i+1, roles, maxTerm, strings.Join(tr, "; "))
-		}
-	}
-}
-
-// profileTo writes a CPU profile, until stop, to the file the environment
-// variable env names (none if unset): VDL_BENCH_CPUPROFILE for the idle
-// window (what idle streams cost), VDL_BENCH_HOTPROFILE for the hot load
-// beside them, VDL_BENCH_BEFOREPROFILE for the hot load before them.
-func profileTo(b *testing.B, env string) (stop func()) {
-	path := os.Getenv(env)
-	if path == "" {
-		return func() {}
-	}
-	f, err := os.Create(path)
-	require.NoError(b, err)
-	require.NoError(b, pprof.StartCPUProfile(f))
-	return func() {
-		pprof.StopCPUProfile()
-		require.NoError(b, f.Close())
-	}
-}
-
-// heapInUse is the heap in use after a collection.
-func heapInUse() int64 {
-	runtime.GC()
-	var ms runtime.MemStats
-	runtime.ReadMemStats(&ms)
-	return int64(ms.HeapInuse)
-}
-
 // controlledQuiesce is the raft quiesce setting of newControlledCluster's
 // servers (nil: the default).
 var controlledQuiesce *bool
-
-// processCPU is the process's user+system CPU time (/proc/self/stat).
-func processCPU(b *testing.B) time.Duration {
-	raw, err := os.ReadFile("/proc/self/stat")
-	require.NoError(b, err)
-	f := strings.Fields(string(raw[strings.LastIndexByte(string(raw), ')')+2:]))
-	ut, _ := strconv.ParseInt(f[11], 10, 64)
-	st, _ := strconv.ParseInt(f[12], 10, 64)
-	return time.Duration(ut+st) * time.Second / 100 // USER_HZ
-}
 
 // BenchmarkDCHeal measures how long after a DC comes back every stream's
 // leader is in it again: VDL_BENCH_STREAMS streams (1,000) preferring dc1
