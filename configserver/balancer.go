@@ -19,7 +19,10 @@ import (
 // been outside its preferred DC for BalanceAfterMs gets a leader transfer
 // to a caught-up replica there that is up; among the replicas of the
 // leader's DC (every replica without a preferred DC), leadership moves
-// from a server leading two more streams than another. It acts only on a
+// from a server leading two more streams than another, an idle stream's
+// first (one whose commit has not moved for BusyFor): moving a busy
+// stream's leader stalls its producers, and the catalog's first streams by
+// name were moved again and again while thousands were created. It acts only on a
 // fresh view (a new leader first waits until it heard every server), at
 // most MaxTransfersPerSec transfers a second, one per stream per
 // BalanceAfterMs; what it did and what it could not do, and why, is
@@ -48,6 +51,7 @@ type BalancerItem struct {
 type balancer struct {
 	mu        sync.Mutex
 	outside   map[string]time.Time // stream -> since when its leader is outside its preferred DC
+	writes    map[uint64]WriteSeen // group -> when its commit last moved
 	last      map[string]time.Time // stream -> its last transfer
 	pending   []BalancerItem
 	refused   []BalancerItem
@@ -60,7 +64,7 @@ type balancer struct {
 const keepDone = 50
 
 func newBalancer() *balancer {
-	return &balancer{outside: map[string]time.Time{}, last: map[string]time.Time{}}
+	return &balancer{outside: map[string]time.Time{}, last: map[string]time.Time{}, writes: map[uint64]WriteSeen{}}
 }
 
 func (b *balancer) status() BalancerStatus {
@@ -138,7 +142,7 @@ func (s *Service) planTransfers(now time.Time) []transfer {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.view = "fresh"
-	mem := BalanceMemory{Outside: b.outside, Last: b.last}
+	mem := BalanceMemory{Outside: b.outside, Last: b.last, Writes: b.writes}
 	plan, pending, refused := PlanTransfers(v, &mem, now, time.Duration(s.cfg.BalanceAfterMs)*time.Millisecond)
 	b.pending, b.refused = pending, refused
 	var out []transfer
@@ -160,11 +164,25 @@ type BalanceView struct {
 
 // BalanceMemory is what the balancer remembers between rounds (soft, the
 // leader's only): since when each stream's leader is outside its preferred
-// DC, and each stream's last transfer.
+// DC, each stream's last transfer, and when each group's commit last moved
+// (PlanTransfers keeps it; nil: made on first use).
 type BalanceMemory struct {
 	Outside map[string]time.Time
 	Last    map[string]time.Time
+	Writes  map[uint64]WriteSeen
 }
+
+// WriteSeen is a group's commit as the balancer last saw it change, and
+// when (zero: not seen changing since this leader leads).
+type WriteSeen struct {
+	Commit uint64
+	At     time.Time
+}
+
+// BusyFor is how long after its commit last moved a stream counts as busy
+// for the balancer: its leader is moved to even the counts only if no idle
+// stream can be.
+const BusyFor = 30 * time.Second
 
 // Transfer is one leader transfer the balancer decided.
 type Transfer struct {
@@ -185,6 +203,8 @@ func PlanTransfers(v BalanceView, mem *BalanceMemory, now time.Time, after time.
 	for _, l := range leaders {
 		count[l]++
 	}
+	busy := noteWrites(v, mem, now)
+	var evens []Stream // streams whose leader may move to even the counts: idle ones first
 	for _, st := range v.Streams {
 		l, ok := leaders[st.Group]
 		if st.State != StreamActive || !ok {
@@ -228,7 +248,20 @@ func PlanTransfers(v BalanceView, mem *BalanceMemory, now time.Time, after time.
 		if now.Sub(mem.Last[st.Name]) < after {
 			continue
 		}
-		// Even leader counts within the leader's DC.
+		evens = append(evens, st)
+	}
+	// Even leader counts within the leader's DC, idle streams first.
+	slices.SortStableFunc(evens, func(a, b Stream) int { return cmpBool(busy[a.Group], busy[b.Group]) })
+	for _, st := range evens {
+		l, rep := leaders[st.Group], reports[st.Group]
+		caughtUp := func(id uint64) bool {
+			for _, f := range rep.Followers {
+				if f.ID == id {
+					return f.Active && f.Match >= rep.Commit && up[id]
+				}
+			}
+			return false
+		}
 		to := pickLeader(st.Replicas, func(id uint64) bool { return id != l && servers[id].DC == servers[l].DC && caughtUp(id) }, count)
 		if to != 0 && count[l]-count[to] >= 2 {
 			plan = append(plan, Transfer{Stream: st, From: l, To: to,
@@ -238,6 +271,52 @@ func PlanTransfers(v BalanceView, mem *BalanceMemory, now time.Time, after time.
 		}
 	}
 	return plan, pending, refused
+}
+
+// noteWrites records in mem when each active stream's commit last moved,
+// from its leader's report, forgets the others, and returns the streams
+// busy at now (moved within BusyFor).
+func noteWrites(v BalanceView, mem *BalanceMemory, now time.Time) map[uint64]bool {
+	if mem.Writes == nil {
+		mem.Writes = map[uint64]WriteSeen{}
+	}
+	active := make(map[uint64]bool, len(v.Streams))
+	busy := map[uint64]bool{}
+	for _, st := range v.Streams {
+		rep, ok := v.Reports[st.Group]
+		if st.State != StreamActive || !ok {
+			continue
+		}
+		active[st.Group] = true
+		w, seen := mem.Writes[st.Group]
+		switch {
+		case !seen:
+			w = WriteSeen{Commit: rep.Commit}
+		case rep.Commit != w.Commit:
+			w = WriteSeen{Commit: rep.Commit, At: now}
+		}
+		mem.Writes[st.Group] = w
+		if !w.At.IsZero() && now.Sub(w.At) < BusyFor {
+			busy[st.Group] = true
+		}
+	}
+	for g := range mem.Writes {
+		if !active[g] {
+			delete(mem.Writes, g)
+		}
+	}
+	return busy
+}
+
+// cmpBool orders false before true.
+func cmpBool(a, b bool) int {
+	switch {
+	case a == b:
+		return 0
+	case a:
+		return 1
+	}
+	return -1
 }
 
 // pickLeader is the replica that may lead (ok) leading the fewest streams.

@@ -1,6 +1,7 @@
 package configserver
 
 import (
+	"maps"
 	"testing"
 	"time"
 
@@ -43,4 +44,52 @@ func TestPlanTransfers(t *testing.T) {
 	require.Empty(t, pending)
 	require.Empty(t, refused)
 	require.Empty(t, mem.Outside)
+}
+
+// TestEvenCountsMoveIdleStreamsFirst: to even the leader counts the
+// balancer moves idle streams' leaders, not a busy one's, although the busy
+// one comes first in the catalog (creating 10,000 streams moved the leaders
+// of the first streams by name, the busy ones, 20 times each); a busy
+// stream moves only when no idle one can.
+func TestEvenCountsMoveIdleStreamsFirst(t *testing.T) {
+	servers := map[uint64]Server{1: {ID: 1, DC: "a"}, 2: {ID: 2, DC: "a"}, 3: {ID: 3, DC: "a"}}
+	view := func(commits ...uint64) BalanceView {
+		v := BalanceView{Servers: servers, Leaders: map[uint64]uint64{}, Reports: map[uint64]GroupReport{},
+			Up: map[uint64]bool{1: true, 2: true, 3: true}}
+		for i, name := range []string{"hot", "idle1", "idle2"} {
+			g := uint64(10 + i)
+			v.Streams = append(v.Streams, Stream{Name: name, Group: g, Replicas: []uint64{1, 2, 3}, State: StreamActive})
+			v.Leaders[g] = 1
+			v.Reports[g] = GroupReport{Group: g, Role: roleLeader, Leader: 1, Commit: commits[i],
+				Followers: []FollowerReport{{ID: 2, Match: commits[i], Active: true}, {ID: 3, Match: commits[i], Active: true}}}
+		}
+		return v
+	}
+	names := func(plan []Transfer) (out []string) {
+		for _, t := range plan {
+			out = append(out, t.Stream.Name)
+		}
+		return out
+	}
+	t0 := time.UnixMilli(1_000_000)
+	after := time.Second
+	recent := map[string]time.Time{"hot": t0, "idle1": t0, "idle2": t0}
+
+	mem := BalanceMemory{Outside: map[string]time.Time{}, Last: maps.Clone(recent)}
+	plan, _, _ := PlanTransfers(view(5, 5, 5), &mem, t0, after) // commits seen; each moved just now
+	require.Empty(t, plan)
+	mem.Last = map[string]time.Time{}
+	plan, _, _ = PlanTransfers(view(9, 5, 5), &mem, t0.Add(after), after) // hot written since
+	require.Equal(t, []string{"idle1", "idle2"}, names(plan), "three leaders on server 1: two idle ones move")
+
+	// Every stream written: the catalog's order.
+	mem = BalanceMemory{Outside: map[string]time.Time{}, Last: maps.Clone(recent)}
+	PlanTransfers(view(5, 5, 5), &mem, t0, after)
+	mem.Last = map[string]time.Time{}
+	plan, _, _ = PlanTransfers(view(9, 9, 9), &mem, t0.Add(after), after)
+	require.Equal(t, []string{"hot", "idle1"}, names(plan), "busy streams move when no idle one can")
+
+	// Quiet for BusyFor: idle again, the catalog's order.
+	plan, _, _ = PlanTransfers(view(9, 9, 9), &mem, t0.Add(after+BusyFor), after)
+	require.Equal(t, []string{"hot", "idle1"}, names(plan))
 }

@@ -80,14 +80,11 @@ type quiescence struct {
 	peers   map[uint64]int
 	heard   map[uint64]uint64 // peer -> tick last heard from (peers only)
 	expired map[uint64]bool   // peers whose silence already woke their groups
-	// dead counts the quiesced groups led here that slept without each
-	// silent peer: a message from it wakes them, to catch it up.
-	dead map[uint64]int
 }
 
 func newQuiescence() quiescence {
 	return quiescence{quiet: map[uint64]*quietGroup{}, idle: map[uint64]int{}, peers: map[uint64]int{},
-		heard: map[uint64]uint64{}, expired: map[uint64]bool{}, dead: map[uint64]int{}}
+		heard: map[uint64]uint64{}, expired: map[uint64]bool{}}
 }
 
 // Quiesced reports whether the group is quiesced (tests, status).
@@ -99,19 +96,6 @@ func (c *Core) heardFrom(peer uint64) {
 	if _, ok := c.q.peers[peer]; ok {
 		c.q.heard[peer] = c.q.ticks
 		delete(c.q.expired, peer)
-	}
-	if c.q.dead[peer] > 0 {
-		c.wakeRevived(peer)
-	}
-}
-
-// wakeRevived wakes the groups led here that slept without peer, which is
-// heard from again (its server is back): they catch it up.
-func (c *Core) wakeRevived(peer uint64) {
-	for _, id := range c.ids {
-		if q := c.q.quiet[id]; q != nil && slices.Contains(q.dead, peer) {
-			c.wake(c.groups[id])
-		}
 	}
 }
 
@@ -180,10 +164,15 @@ func (c *Core) wakePeer(peer uint64) {
 // timeout, and the live voters are a quorum. A replica not heard from for
 // more than an election timeout is dead (silent): the group may sleep
 // without it, and wakes when it is heard from again (CockroachDB quiesces
-// ranges with replicas on dead nodes likewise). Otherwise a dead server
-// woke every group it was a replica of for as long as it stayed down,
-// and the others' heartbeats to it cost the servers left more than the
-// groups' work.
+// ranges with replicas on dead nodes likewise); any message of the group
+// from it wakes the group (its server is back: its follower's election
+// timeout sends a pre-vote). Otherwise a dead server woke every group it
+// was a replica of for as long as it stayed down, and the others'
+// heartbeats to it cost the servers left more than the groups' work.
+// (Waking every such group at the returning server's first message was
+// worse: while it reopened 10,000 streams over minutes, each message woke
+// thousands of groups whose replica there was not open yet, which slept
+// again three ticks later.)
 func (c *Core) idleLeader(g *group) bool {
 	if len(g.queued) > 0 || len(g.pending) > 0 || len(g.reads) > 0 || g.appending > 0 || g.waiting != nil {
 		return false
@@ -266,9 +255,6 @@ func (c *Core) quiesce(g *group, q *quietGroup, heard func(peer uint64) uint64) 
 	q.at = c.q.ticks
 	c.q.quiet[g.id] = q
 	c.awake = nil
-	for _, p := range q.dead {
-		c.q.dead[p]++
-	}
 	for _, p := range q.peers {
 		c.q.peers[p]++
 		// The group's own record of p, in group ticks, is as recent as
@@ -364,11 +350,6 @@ func (c *Core) wake(g *group) {
 			delete(c.q.expired, p)
 		}
 	}
-	for _, p := range q.dead {
-		if c.q.dead[p]--; c.q.dead[p] <= 0 {
-			delete(c.q.dead, p)
-		}
-	}
 	for range silent {
 		g.rn.Tick()
 	}
@@ -402,8 +383,8 @@ func (n *Node) Quiesced(group uint64) bool { return n.err == nil && n.core.Quies
 // its group no longer idle after all wakes.
 func (c *Core) stepQuiet(g *group, m *raftpb.Message) bool {
 	q := c.q.quiet[g.id]
-	if q == nil || m.GetTerm() != g.rn.BasicStatus().GetTerm() {
-		return false
+	if q == nil || m.GetTerm() != g.rn.BasicStatus().GetTerm() || slices.Contains(q.dead, m.GetFrom()) {
+		return false // a replica it slept without is back: wake and catch it up
 	}
 	switch t := m.GetType(); {
 	case q.leader && (t == raftpb.MsgHeartbeatResp || (t == raftpb.MsgAppResp && !m.GetReject())):

@@ -209,3 +209,22 @@ func (c *testCluster) hotLeaders(hot []string) string {
 	}
 	return fmt.Sprintf("led by server %v, %d leader changes", led, changes)
 }
+
+// dumpGoroutinesAfter writes every goroutine's stack, after d, to the file
+// the environment variable env names (nothing if unset): where a slow
+// phase waits.
+func dumpGoroutinesAfter(b *testing.B, env string, d time.Duration) {
+	path := os.Getenv(env)
+	if path == "" {
+		return
+	}
+	time.AfterFunc(d, func() {
+		f, err := os.Create(path)
+		if err != nil {
+			b.Log(err)
+			return
+		}
+		defer f.Close()
+		_ = pprof.Lookup("goroutine").WriteTo(f, 1)
+	})
+}

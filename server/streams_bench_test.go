@@ -119,7 +119,10 @@ func benchStreams(b *testing.B, n int) {
 		"%.1f KiB heap and %.1f KiB disk per idle stream and server; Metadata %v; hot produce %.0f%%, consume %.0f%% of alone; %d descriptors open (three servers)",
 		n, created.Round(time.Millisecond), led.Round(time.Millisecond), idleCPU*100, heapPer/1024, diskPer/1024,
 		meta.Round(time.Millisecond), after.produce/before.produce*100, after.consume/before.consume*100, openFiles())
+	stopProfile = profileTo(b, "VDL_BENCH_RESTARTPROFILE")
+	dumpGoroutinesAfter(b, "VDL_BENCH_RESTARTDUMP", 30*time.Second)
 	restart := c.restartTime(b, 2)
+	stopProfile()
 
 	b.ReportMetric(float64(n)/created.Seconds(), "creates/s")
 	b.ReportMetric(led.Seconds(), "s-until-all-led")
