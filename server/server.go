@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"hash/fnv"
-	"io/fs"
 	"log/slog"
 	"net"
 	"net/http"
@@ -202,22 +201,15 @@ func newServer(cfg Config, logger *slog.Logger, fsys vfs.FS) (*Server, error) {
 		}
 	}
 	var waiting []*stream
-	for _, sc := range streams {
-		if !containsID(sc.Replicas, cfg.NodeID) {
-			continue
-		}
-		st, founding, err := s.openStream(sc, mode)
-		if err != nil {
-			s.Close()
-			return nil, err
-		}
-		// Its active segment goes to the file cache at once: a server
-		// restarting with 10,000 streams otherwise held a descriptor per
-		// stream until the first parking round, and ran out of them.
-		st.log.Park()
-		if founding {
-			waiting = append(waiting, st)
-		} else if err := s.hostStream(st); err != nil {
+	opened, err := s.openAll(streams, mode)
+	if err != nil {
+		s.Close()
+		return nil, err
+	}
+	for _, o := range opened {
+		if o.founding {
+			waiting = append(waiting, o.st)
+		} else if err := s.hostStream(o.st); err != nil {
 			s.Close()
 			return nil, err
 		}
@@ -292,72 +284,6 @@ func (s *Server) initIdentity() (startMode, error) {
 	s.log.Info("data dir initialised", "dir", dir, "dir_id", fmt.Sprintf("%016x", s.ident.DirID),
 		"mode", map[startMode]string{initialised: "adopted", founding: "founding a new cluster", joining: "joining a running cluster"}[mode])
 	return mode, nil
-}
-
-// openStream opens a configured stream's log. A stream the data dir never
-// hosted is bootstrapped with its replica set when this server founds the
-// cluster, or when the stream is new to an initialised server; it starts
-// empty, learning its membership from the leader, when the server (or just
-// the stream, join = true) is joining. A stream the data dir hosted whose
-// directory is gone lost its data: the server refuses to start. founding
-// says the group may only start once every founding replica is known (see
-// hostWhenFoundersKnown).
-func (s *Server) openStream(sc StreamConfig, mode startMode) (*stream, bool, error) {
-	dir := path.Join(s.cfg.DataDir, "streams", fmt.Sprintf("%d", sc.ID))
-	files, err := s.fs.List(dir)
-	if err != nil && !errors.Is(err, fs.ErrNotExist) {
-		// Out of descriptors, an IO error: not proof that the data is
-		// gone (it once made a server out of descriptors say it lost
-		// its data and must be replaced).
-		return nil, false, fmt.Errorf("stream %s: listing its log %s: %w", sc.Name, dir, err)
-	}
-	s.mu.Lock() // streams are opened several at once (hostAssigned)
-	known := slices.Contains(s.ident.Streams, sc.ID)
-	s.mu.Unlock()
-	if known && len(files) == 0 {
-		return nil, false, fmt.Errorf("%w: stream %s: its log %s is gone although this data dir hosted it: "+
-			"this server lost its data and must be replaced (docs/operations.md, replacing a server)", ErrIdentity, sc.Name, dir)
-	}
-	l, err := storage.Open(storage.Options{
-		FS:            s.fs,
-		Dir:           dir,
-		Stream:        sc.ID,
-		SegmentSize:   s.cfg.Storage.SegmentBytes,
-		TailBudget:    s.tailBudget,
-		ReadBudget:    s.readBudget,
-		ReadAhead:     true,
-		KeepPageCache: s.cfg.Storage.KeepPageCache,
-		Space:         s.space,
-		Files:         s.files,
-		Logger:        s.log.With("stream", sc.Name),
-	})
-	if err != nil {
-		return nil, false, fmt.Errorf("stream %s: %w", sc.Name, err)
-	}
-	s.checkPromised(sc.ID, l)
-	st := &stream{cfg: sc, log: l, traffic: s.metrics.streamTraffic(sc.Name)}
-	s.mu.Lock()
-	s.opened = append(s.opened, st)
-	if !known {
-		s.ident.Streams = append(s.ident.Streams, sc.ID)
-	}
-	s.mu.Unlock()
-	if !known {
-		if mode != joining && !sc.Join {
-			voters := sc.bootstrapVoters()
-			if err := l.Bootstrap(&raftpb.ConfState{Voters: voters}); err != nil {
-				return nil, false, fmt.Errorf("stream %s: bootstrap: %w", sc.Name, err)
-			}
-			s.log.Info("stream bootstrapped", "stream", sc.Name, "group", sc.ID, "voters", voters)
-		} else {
-			s.log.Info("stream joining: it waits to be added to the group's membership", "stream", sc.Name, "group", sc.ID)
-		}
-	}
-	// A log still at its bootstrap has never replicated: it may only vote
-	// once every founding replica's data dir is known (see peerDirs).
-	last, _ := l.LastIndex()
-	_, cs, _ := l.InitialState()
-	return st, last <= 1 && len(cs.GetVoters()) > 0, nil
 }
 
 // hostStream starts the stream's Raft group.

@@ -335,6 +335,7 @@ func (c *testCluster) restartTime(b *testing.B, i int) time.Duration {
 	c.stop(i)
 	start := time.Now()
 	c.start(i)
+	b.Logf("restart: server %d opened its streams and serves after %v", i+1, time.Since(start).Round(time.Millisecond))
 	require.Eventually(b, func() bool {
 		h := c.servers[i].Host()
 		gs := h.Groups()
