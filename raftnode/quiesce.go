@@ -54,11 +54,13 @@ var quiesceCtx = []byte("vdl/quiesce")
 const quiesceAfter = 3
 
 // quietGroup is a quiesced group: whether this server leads it, its
-// leader, and its other replicas.
+// leader, and its other replicas: those alive when it quiesced (peers),
+// and, on a leader, those gone silent (dead).
 type quietGroup struct {
 	leader bool
 	lead   uint64
 	peers  []uint64
+	dead   []uint64
 	// at is the node tick up to which the group's own tick count is
 	// brought (syncTicks): Tick skips quiesced groups.
 	at uint64
@@ -156,9 +158,21 @@ func (c *Core) wakePeer(peer uint64) {
 }
 
 // idleLeader reports whether a led group has nothing left to do: every
-// replica holds, and this server has applied, the whole log, committed in
-// this term, with nothing proposed, read, written or transferred, and
-// every replica was heard from within an election timeout.
+// live replica holds, and this server has applied, the whole log,
+// committed in this term, with nothing proposed, read, written or
+// transferred, every live replica was heard from within half an election
+// timeout, and the live voters are a quorum. A replica not heard from for
+// more than an election timeout is dead (silent): the group may sleep
+// without it, and wakes when it is heard from again (CockroachDB quiesces
+// ranges with replicas on dead nodes likewise); any message of the group
+// from it wakes the group (its server is back: its follower's election
+// timeout sends a pre-vote). Otherwise a dead server woke every group it
+// was a replica of for as long as it stayed down, and the others'
+// heartbeats to it cost the servers left more than the groups' work.
+// (Waking every such group at the returning server's first message was
+// worse: while it reopened 10,000 streams over minutes, each message woke
+// thousands of groups whose replica there was not open yet, which slept
+// again three ticks later.)
 func (c *Core) idleLeader(g *group) bool {
 	if len(g.queued) > 0 || len(g.pending) > 0 || len(g.reads) > 0 || g.appending > 0 || g.waiting != nil {
 		return false
@@ -175,8 +189,17 @@ func (c *Core) idleLeader(g *group) bool {
 		return false
 	}
 	idle := true
-	g.rn.WithProgress(func(id uint64, _ raft.ProgressType, pr tracker.Progress) {
+	voters, live := 0, 0
+	g.rn.WithProgress(func(id uint64, typ raft.ProgressType, pr tracker.Progress) {
+		voter := typ == raft.ProgressTypePeer
+		if voter {
+			voters++
+		}
 		if id == c.cfg.ID {
+			live++ // a leader is a voter
+			return
+		}
+		if c.silent(g, id) {
 			return
 		}
 		heard, ok := g.heard[id]
@@ -184,16 +207,36 @@ func (c *Core) idleLeader(g *group) bool {
 			!ok || g.ticks-heard > uint64(c.cfg.ElectionTick)/2 {
 			idle = false
 		}
+		if voter {
+			live++
+		}
 	})
-	return idle
+	return idle && live > voters/2
+}
+
+// silent reports whether a led group's replica has not been heard from in
+// the group for more than an election timeout (one never heard from is
+// not: it may be a replica just added, not contacted yet). A quiesced
+// group hears nothing while it sleeps: its silent replicas are those it
+// slept without.
+func (c *Core) silent(g *group, id uint64) bool {
+	if q := c.q.quiet[g.id]; q != nil {
+		return slices.Contains(q.dead, id)
+	}
+	heard, ok := g.heard[id]
+	return ok && g.ticks-heard > uint64(c.cfg.ElectionTick)
 }
 
 // quiesceLeader quiesces a led group and tells its followers.
 func (c *Core) quiesceLeader(g *group) {
 	bs := g.rn.BasicStatus()
-	var peers []uint64
+	var peers, dead []uint64
 	g.rn.WithProgress(func(id uint64, _ raft.ProgressType, _ tracker.Progress) { // in id order
-		if id != c.cfg.ID {
+		switch {
+		case id == c.cfg.ID:
+		case c.silent(g, id):
+			dead = append(dead, id)
+		default:
 			peers = append(peers, id)
 		}
 	})
@@ -203,7 +246,7 @@ func (c *Core) quiesceLeader(g *group) {
 			Index: new(bs.GetCommit()), Commit: new(bs.GetCommit()), Context: quiesceCtx,
 		}})
 	}
-	c.quiesce(g, &quietGroup{leader: true, lead: c.cfg.ID, peers: peers}, func(p uint64) uint64 { return g.heard[p] })
+	c.quiesce(g, &quietGroup{leader: true, lead: c.cfg.ID, peers: peers, dead: dead}, func(p uint64) uint64 { return g.heard[p] })
 }
 
 // quiesce records a group as quiesced.
@@ -281,6 +324,19 @@ func (c *Core) wake(g *group) {
 		return
 	}
 	c.syncTicks(g)
+	// While it slept its replicas' liveness heartbeats stood for their
+	// answers: a woken group has heard from them as recently as those.
+	for _, p := range q.peers {
+		if h, ok := c.q.heard[p]; ok {
+			at := g.ticks - min(g.ticks, c.q.ticks-h)
+			if g.heard == nil {
+				g.heard = map[uint64]uint64{}
+			}
+			if old, ok := g.heard[p]; !ok || at > old {
+				g.heard[p] = at
+			}
+		}
+	}
 	delete(c.q.quiet, g.id)
 	c.awake = nil
 	var silent uint64
@@ -327,8 +383,8 @@ func (n *Node) Quiesced(group uint64) bool { return n.err == nil && n.core.Quies
 // its group no longer idle after all wakes.
 func (c *Core) stepQuiet(g *group, m *raftpb.Message) bool {
 	q := c.q.quiet[g.id]
-	if q == nil || m.GetTerm() != g.rn.BasicStatus().GetTerm() {
-		return false
+	if q == nil || m.GetTerm() != g.rn.BasicStatus().GetTerm() || slices.Contains(q.dead, m.GetFrom()) {
+		return false // a replica it slept without is back: wake and catch it up
 	}
 	switch t := m.GetType(); {
 	case q.leader && (t == raftpb.MsgHeartbeatResp || (t == raftpb.MsgAppResp && !m.GetReject())):

@@ -105,9 +105,11 @@ func (c *Core) status(g *group) GroupStatus {
 
 // progressOf reports a replica's progress. RecentActive: heard from within
 // an election timeout (raft clears its own flag at every CheckQuorum round,
-// so right after one it says nothing about who is alive).
+// so right after one it says nothing about who is alive; and a group that
+// slept since keeps the flag of before: a silent replica is not active).
 func (c *Core) progressOf(g *group, id uint64, pr tracker.Progress) Progress {
 	heard, ok := g.heard[id]
-	active := id == c.cfg.ID || pr.RecentActive || (ok && g.ticks-heard <= uint64(c.cfg.ElectionTick)) || c.quietAlive(g.id, id)
+	active := id == c.cfg.ID || (!c.silent(g, id) &&
+		(pr.RecentActive || (ok && g.ticks-heard <= uint64(c.cfg.ElectionTick)) || c.quietAlive(g.id, id)))
 	return Progress{Match: pr.Match, Next: pr.Next, State: pr.State.String(), RecentActive: active}
 }

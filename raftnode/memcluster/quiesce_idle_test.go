@@ -112,12 +112,16 @@ func BenchmarkIdleTick(b *testing.B) {
 // electionTick is raftnode's default election timeout, in ticks.
 const electionTick = 10
 
-// TestWokenLeaderSeesDeadReplica: after a long sleep, a leader whose
-// replica's server dies wakes the group and reports that replica neither
-// active nor in sync, and does not quiesce again without it. (The ticks a
-// group slept through count: a leader that did not count them took the
-// replica's last answer, from before the sleep, for a recent one.)
-func TestWokenLeaderSeesDeadReplica(t *testing.T) {
+// TestLeaderSleepsWithoutADeadReplica: after a long sleep, a leader whose
+// replica's server dies wakes the group (that server's liveness heartbeats
+// stop), reports that replica neither active nor in sync, and — the live
+// replicas being a quorum — sleeps again without it rather than
+// heartbeating a dead server for as long as it stays down. When the server
+// comes back, the first message from it wakes the group, which catches it
+// up and sleeps again with every replica. (The ticks a group slept through
+// count: a leader that did not count them took the dead replica's last
+// answer, from before the sleep, for a recent one.)
+func TestLeaderSleepsWithoutADeadReplica(t *testing.T) {
 	cryptotest.SetGlobalRandom(t, 1)
 	c := quiescedCluster(t, 3)
 	require.NoError(t, c.Run(500*c.cfg.TickEvery))
@@ -137,5 +141,24 @@ func TestWokenLeaderSeesDeadReplica(t *testing.T) {
 	require.Equal(t, "StateLeader", st.Role)
 	require.False(t, st.Progress[dead].RecentActive, "the dead replica is not active: %+v", st.Progress)
 	require.NotContains(t, st.InSync, dead)
-	require.False(t, l.Raft.Quiesced(1), "a group does not sleep with a replica unheard from")
+	for _, nd := range c.Nodes() {
+		if nd.ID != dead {
+			require.True(t, nd.Raft.Quiesced(1), "n%d: asleep without the dead replica", nd.ID)
+		}
+	}
+
+	c.Propose(l, 1, []byte("while it was down"))
+	require.NoError(t, c.Restart(dead))
+	ok, err := c.RunUntil(20*electionTick*c.cfg.TickEvery, func() bool {
+		for _, nd := range c.Nodes() {
+			if !nd.Raft.Quiesced(1) {
+				return false
+			}
+		}
+		back, _ := c.Node(dead).Raft.Status(1)
+		lst, _ := l.Raft.Status(1)
+		return back.Commit == lst.Commit && back.Leader == l.ID
+	})
+	require.NoError(t, err)
+	require.True(t, ok, "the restarted replica caught up and every replica sleeps again")
 }
