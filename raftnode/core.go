@@ -98,11 +98,19 @@ type Config struct {
 	// between two saves of its producer state (a restart replays at most
 	// that much); default DefaultProducerSaveBytes.
 	ProducerSaveBytes uint64
+	// MaxCampaigns bounds the groups of this server that start an
+	// election on their own at once (default DefaultMaxCampaigns; < 0:
+	// unbounded). While that many campaign, the election clock of a
+	// follower that knows no leader stands still (campaign.go).
+	MaxCampaigns int
 	// LearnerBytesPerTick paces the appends a leader sends to learners (a
 	// replica a move adds, catching up): at most this many bytes of
 	// entries a tick, over all groups (pace.go). 0: unpaced.
 	LearnerBytesPerTick int64
 }
+
+// DefaultMaxCampaigns is the default Config.MaxCampaigns.
+const DefaultMaxCampaigns = 512
 
 // DefaultMaxEntryBytes is the default Config.MaxEntryBytes.
 const DefaultMaxEntryBytes = 8 << 20
@@ -127,6 +135,9 @@ func (c *Config) defaults() {
 	}
 	if c.HeartbeatTick == 0 {
 		c.HeartbeatTick = 1
+	}
+	if c.MaxCampaigns == 0 {
+		c.MaxCampaigns = DefaultMaxCampaigns
 	}
 	if c.MaxSizePerMsg == 0 {
 		c.MaxSizePerMsg = 1 << 20
@@ -170,6 +181,8 @@ type Core struct {
 	// TakeEffects runs after every event, and walking every group there
 	// would make each event cost as much as the server has streams.
 	queuing map[uint64]struct{}
+	// campaigns counts the groups that are pre-candidates or candidates.
+	campaigns int
 }
 
 // NewCore returns a core with no groups.
@@ -280,6 +293,7 @@ func (c *Core) RemoveGroup(id uint64) {
 	}
 	g.failAll(c, ErrShutdown)
 	c.forgetQuiet(id)
+	c.noteRole(g, raft.StateFollower)
 	delete(c.groups, id)
 	c.ids = slices.DeleteFunc(c.ids, func(x uint64) bool { return x == id })
 	c.awake = nil
@@ -306,7 +320,7 @@ func (c *Core) Shutdown(err error) []Complete {
 	}
 	c.effects = nil
 	c.groups, c.ids, c.awake = map[uint64]*group{}, nil, nil
-	c.q, c.queuing = newQuiescence(), map[uint64]struct{}{}
+	c.q, c.queuing, c.campaigns = newQuiescence(), map[uint64]struct{}{}, 0
 	return out
 }
 

@@ -197,7 +197,7 @@ func (c *Core) noteSoftState(g *group, ss *raft.SoftState) {
 		}
 		g.reads = nil
 	}
-	g.role = ss.RaftState
+	c.noteRole(g, ss.RaftState)
 	if ss.Lead != g.lead {
 		g.leadChanges++
 	}

@@ -3,6 +3,7 @@ package raftnode
 import (
 	"encoding/binary"
 	"fmt"
+	"slices"
 
 	"go.etcd.io/raft/v3"
 	"go.etcd.io/raft/v3/raftpb"
@@ -19,8 +20,10 @@ func (c *Core) Tick() {
 	for _, id := range c.awakeIDs() {
 		g := c.groups[id]
 		g.ticks++
-		g.rn.Tick()
-		c.drain(g)
+		if c.mayTick(g) {
+			g.rn.Tick()
+			c.drain(g)
+		}
 	}
 	c.tickQuiescence()
 }
@@ -145,6 +148,12 @@ func (c *Core) ReportUnreachable(group, peer uint64) {
 		return
 	}
 	if g, ok := c.groups[group]; ok {
+		if q := c.q.quiet[group]; q != nil && slices.Contains(q.dead, peer) {
+			// A message sent to it before the group went to sleep without
+			// it: waking would heartbeat the dead replica again, whose
+			// failure would wake the group again, for as long as it is down.
+			return
+		}
 		c.wake(g)
 		g.rn.ReportUnreachable(peer)
 		c.drain(g)

@@ -1,11 +1,13 @@
 package raftnode
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
 	"runtime/debug"
+	"slices"
 	"sync"
 	"time"
 
@@ -102,6 +104,12 @@ type Host struct {
 	views   map[uint64]*groupView
 	err     error         // why the host stopped
 	failed  chan struct{} // closed when the node fail-stopped
+
+	// unreachable collects delivery failures until the loop takes them
+	// all in one event: a peer that went down fails a message of every
+	// group that sends to it, every tick.
+	unreachMu   sync.Mutex
+	unreachable map[[2]uint64]struct{} // {group, peer}
 
 	quit     chan struct{}
 	stopOnce sync.Once
@@ -422,8 +430,34 @@ func (h *Host) Step(group uint64, m *raftpb.Message) {
 }
 
 // ReportUnreachable tells the group that a message to peer was dropped.
+// Reports made while the loop is busy reach it together, once each.
 func (h *Host) ReportUnreachable(group, peer uint64) {
-	_ = h.do(func() { h.node.ReportUnreachable(group, peer) })
+	h.unreachMu.Lock()
+	first := len(h.unreachable) == 0
+	if h.unreachable == nil {
+		h.unreachable = map[[2]uint64]struct{}{}
+	}
+	h.unreachable[[2]uint64{group, peer}] = struct{}{}
+	h.unreachMu.Unlock()
+	if first {
+		_ = h.do(h.reportUnreachable)
+	}
+}
+
+// reportUnreachable hands the collected delivery failures to the node, in
+// group order (on the loop).
+func (h *Host) reportUnreachable() {
+	h.unreachMu.Lock()
+	reports := make([][2]uint64, 0, len(h.unreachable))
+	for r := range h.unreachable {
+		reports = append(reports, r)
+	}
+	clear(h.unreachable)
+	h.unreachMu.Unlock()
+	slices.SortFunc(reports, func(a, b [2]uint64) int { return cmp.Or(cmp.Compare(a[0], b[0]), cmp.Compare(a[1], b[1])) })
+	for _, r := range reports {
+		h.node.ReportUnreachable(r[0], r[1])
+	}
 }
 
 // ReportSnapshot tells the group whether a snapshot sent to peer arrived.

@@ -86,3 +86,12 @@ func sortedIDs[V any](m map[ProposalID]V) []ProposalID {
 	slices.Sort(ids)
 	return ids
 }
+
+// Quiesced reports whether the group is quiesced here (asked on the loop).
+func (h *Host) Quiesced(group uint64) bool {
+	var q bool
+	if err := h.call(func() { q = h.node.Quiesced(group) }); err != nil {
+		return false
+	}
+	return q
+}

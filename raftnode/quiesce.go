@@ -161,9 +161,9 @@ func (c *Core) wakePeer(peer uint64) {
 // live replica holds, and this server has applied, the whole log,
 // committed in this term, with nothing proposed, read, written or
 // transferred, every live replica was heard from within half an election
-// timeout, and the live voters are a quorum. A replica not heard from for
+// timeout, and the live voters are a quorum. A voter not heard from for
 // more than an election timeout is dead (silent): the group may sleep
-// without it, and wakes when it is heard from again (CockroachDB quiesces
+// without it (not without a silent learner, which never campaigns), and wakes when it is heard from again (CockroachDB quiesces
 // ranges with replicas on dead nodes likewise); any message of the group
 // from it wakes the group (its server is back: its follower's election
 // timeout sends a pre-vote). Otherwise a dead server woke every group it
@@ -200,6 +200,9 @@ func (c *Core) idleLeader(g *group) bool {
 			return
 		}
 		if c.silent(g, id) {
+			// A silent voter wakes the group when it is back (its
+			// pre-vote); a learner never campaigns, so nothing would.
+			idle = idle && voter
 			return
 		}
 		heard, ok := g.heard[id]

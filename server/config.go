@@ -143,6 +143,9 @@ type RaftConfig struct {
 	// liveness heartbeat per server pair stands for them). Default true;
 	// see docs/replication.md.
 	Quiesce *bool `toml:"quiesce"`
+	// MaxCampaigns bounds the streams whose elections this server starts
+	// at once (default 512; -1: unbounded); docs/replication.md.
+	MaxCampaigns int `toml:"max_campaigns"`
 }
 
 // quiesce reports whether idle groups quiesce (on unless set false).

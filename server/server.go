@@ -167,6 +167,7 @@ func newServer(cfg Config, logger *slog.Logger, fsys vfs.FS) (*Server, error) {
 			// The same on every server (docs/kafka.md "Idempotent producers").
 			ProducerExpirationMs: cfg.ProducerIDExpirationMs,
 			NoQuiesce:            !cfg.Raft.quiesce(),
+			MaxCampaigns:         cfg.Raft.MaxCampaigns,
 		},
 		TickInterval:       time.Duration(cfg.Raft.TickMillis) * time.Millisecond,
 		Sender:             peerSender{s},

@@ -336,20 +336,40 @@ func (c *testCluster) restartTime(b *testing.B, i int) time.Duration {
 	start := time.Now()
 	c.start(i)
 	b.Logf("restart: server %d opened its streams and serves after %v", i+1, time.Since(start).Round(time.Millisecond))
-	require.Eventually(b, func() bool {
+	var unknown []uint64
+	for deadline := start.Add(10 * time.Minute); ; time.Sleep(100 * time.Millisecond) {
 		h := c.servers[i].Host()
 		gs := h.Groups()
-		known := 0
+		unknown = unknown[:0]
 		for _, g := range gs {
-			if l, ok := h.Leader(g); ok && l != 0 { // ok alone says the group is hosted
-				known++
+			if l, ok := h.Leader(g); ok && l == 0 { // ok alone says the group is hosted
+				unknown = append(unknown, g)
 			}
 		}
-		return len(gs) >= groups && known == len(gs)
-	}, 10*time.Minute, 100*time.Millisecond)
+		if len(gs) >= groups && len(unknown) == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			c.logLeaderless(b, unknown)
+			b.Fatalf("restart: %d of %d groups hosted, %d with no leader known after %v", len(gs), groups, len(unknown), time.Since(start))
+		}
+	}
 	took := time.Since(start)
 	b.Logf("restart: %d groups, every one with a leader known after %v", groups, took.Round(time.Millisecond))
 	return took
+}
+
+// logLeaderless logs, for a few groups whose leader a restarted server does
+// not know, what every server's core says of them.
+func (c *testCluster) logLeaderless(b *testing.B, groups []uint64) {
+	for _, g := range groups[:min(len(groups), 10)] {
+		for j, s := range c.servers {
+			st, ok := s.Host().Status(g)
+			v, _ := s.Host().View(g)
+			b.Logf("group %d on server %d: hosted %v, view leader %d, quiesced %v, status %+v",
+				g, j+1, ok, v.Leader, s.Host().Quiesced(g), st)
+		}
+	}
 }
 
 // controlledQuiesce is the raft quiesce setting of newControlledCluster's

@@ -258,6 +258,9 @@ func (s *Sim) buggifyConfigs() {
 	if w.bug.enabled("core.sync-writes") {
 		s.coreCfg.SyncWrites = true
 	}
+	if w.bug.enabled("core.one-campaign") {
+		s.coreCfg.MaxCampaigns = 1
+	}
 	if w.bug.enabled("core.low-uncommitted") {
 		s.coreCfg.MaxUncommittedBytes = 1 << 10
 	}

@@ -188,6 +188,7 @@ var buggifySites = []string{
 	"client.oversized",        // produces sometimes exceed the maximum entry: MESSAGE_TOO_LARGE
 	"crash.after-vote",        // power loss right after a vote is reported durable
 	"crash.after-conf-change", // power loss right after a membership change is written
+	"core.one-campaign",       // a server starts one election at a time (campaign pacing)
 }
 
 func newBuggify(r *rand.Rand, enabled bool) *buggify {

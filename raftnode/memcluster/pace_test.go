@@ -87,3 +87,38 @@ func TestLearnerCatchUpPaced(t *testing.T) {
 	t.Logf("unpaced: caught up in %d ticks", len(free))
 	require.Less(t, len(free)*4, ticks, "the pacing did not slow the catch-up")
 }
+
+// TestSilentLearnerKeepsItsGroupAwake: a leader does not sleep without a
+// silent learner, as it does without a silent voter: a learner never
+// campaigns, so when its server came back nothing would wake the group to
+// catch it up (the simulator's seed 659: a replacement's learner stuck at
+// match 0 for good).
+func TestSilentLearnerKeepsItsGroupAwake(t *testing.T) {
+	c := newCluster(t, 7, []uint64{1, 2, 3}, []uint64{1}, func(cfg *Config) { cfg.Delay, cfg.DiskDelay = 0, 0 })
+	l := waitLeader(t, c, 1)
+	_, err := c.AddNode(4)
+	require.NoError(t, err)
+	cc := &raftpb.ConfChangeV2{Changes: []*raftpb.ConfChangeSingle{{Type: raftpb.ConfChangeAddLearnerNode.Enum(), NodeId: new(uint64(4))}}}
+	waitResults(t, c, []raftnode.ProposalID{c.ProposeConfChange(l, 1, cc)})
+	n4 := c.Node(4)
+	caughtUp := func() bool {
+		st, _ := l.Raft.Status(1)
+		return st.Progress[4].Match == st.Commit && n4.HighWatermark(1) == l.HighWatermark(1)
+	}
+	waitResults(t, c, []raftnode.ProposalID{c.Propose(l, 1, raftnode.UserData(batch(1, []byte("before"))))})
+	ok, err := c.RunUntil(20000, caughtUp)
+	require.NoError(t, err)
+	require.True(t, ok, "the learner caught up")
+
+	c.Crash(4)
+	require.NoError(t, c.Run(3*electionTick*c.cfg.TickEvery))
+	require.False(t, l.Raft.Quiesced(1), "asleep without its silent learner")
+	require.NoError(t, c.Restart(4))
+	id := c.Propose(l, 1, raftnode.UserData(batch(1, []byte("after"))))
+	ok, err = c.RunUntil(20000, func() bool {
+		_, done := c.Results[id]
+		return done && caughtUp()
+	})
+	require.NoError(t, err)
+	require.True(t, ok, "the learner caught up after its restart")
+}

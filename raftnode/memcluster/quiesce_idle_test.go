@@ -118,7 +118,8 @@ const electionTick = 10
 // replicas being a quorum — sleeps again without it rather than
 // heartbeating a dead server for as long as it stays down. When the server
 // comes back, the first message from it wakes the group, which catches it
-// up and sleeps again with every replica. (The ticks a group slept through
+// up and sleeps again with every replica. Late reports of messages that
+// did not reach the dead replica do not wake it. (The ticks a group slept through
 // count: a leader that did not count them took the dead replica's last
 // answer, from before the sleep, for a recent one.)
 func TestLeaderSleepsWithoutADeadReplica(t *testing.T) {
@@ -146,6 +147,11 @@ func TestLeaderSleepsWithoutADeadReplica(t *testing.T) {
 			require.True(t, nd.Raft.Quiesced(1), "n%d: asleep without the dead replica", nd.ID)
 		}
 	}
+	// The transport reports the heartbeats that did not reach the dead
+	// replica, late: they do not wake the group (it would heartbeat the
+	// dead replica again, whose failure would wake it again).
+	l.Raft.ReportUnreachable(1, dead)
+	require.True(t, l.Raft.Quiesced(1), "asleep through a report of its dead replica")
 
 	c.Propose(l, 1, []byte("while it was down"))
 	require.NoError(t, c.Restart(dead))
