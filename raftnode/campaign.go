@@ -1,6 +1,11 @@
 package raftnode
 
-import "go.etcd.io/raft/v3"
+import (
+	"bytes"
+
+	"go.etcd.io/raft/v3"
+	"go.etcd.io/raft/v3/raftpb"
+)
 
 // Campaign pacing: a server starts at most Config.MaxCampaigns elections
 // of its own at once.
@@ -24,6 +29,59 @@ import "go.etcd.io/raft/v3"
 // on to the end of their election; both may take the count past the bound
 // for a while. Which groups wait is decided in group order, as everything
 // in the core.
+
+// A group starting on a server says hello to its other replicas, so that
+// a restarted server learns its leaders without elections: the leader of
+// a group that went to sleep without this replica (its server was down)
+// hears from it only when it speaks, and a follower that knows no leader
+// speaks only when its election timeout sends a pre-vote, up to two
+// election timeouts after the start, and later still while the campaigns
+// are at the bound. The hello is a MsgHeartbeatResp marked helloCtx that
+// the core handles itself (raft never sees it): a quiesced leader wakes
+// and heartbeats the replica, which then knows its leader. Anywhere else
+// it changes nothing. (At 10,000 streams a restarted server's groups all
+// knew their leader 65 s after its restart without it.)
+
+// helloCtx marks a hello; its length differs from a read index context's.
+var helloCtx = []byte("vdl/hello")
+
+// isHello reports whether m is a hello.
+func isHello(m *raftpb.Message) bool {
+	return m.GetType() == raftpb.MsgHeartbeatResp && bytes.Equal(m.GetContext(), helloCtx)
+}
+
+// hello sends a group's hello to its other replicas, if the group ever
+// elected a leader (a bootstrapped group starts in term 1, and has none to
+// find).
+func (c *Core) hello(g *group) {
+	if c.cfg.NoHello || g.rn.BasicStatus().GetTerm() <= 1 {
+		return
+	}
+	for _, id := range c.members(g.id) {
+		if id != c.cfg.ID {
+			c.emit(Send{Group: g.id, Msg: &raftpb.Message{Type: raftpb.MsgHeartbeatResp.Enum(), From: new(c.cfg.ID), To: new(id),
+				Term: new(g.rn.BasicStatus().GetTerm()), Context: helloCtx}})
+		}
+	}
+}
+
+// Hello makes every group that knows no leader say hello again: a server
+// hosts its streams before its peer transport starts, so the hellos of
+// AddGroup may find no way out.
+func (c *Core) Hello() {
+	for _, id := range c.ids {
+		if g := c.groups[id]; g.lead == 0 {
+			c.hello(g)
+		}
+	}
+}
+
+// stepHello wakes a quiesced leader that hears a replica's hello.
+func (c *Core) stepHello(g *group) {
+	if q := c.q.quiet[g.id]; q != nil && q.leader {
+		c.wake(g)
+	}
+}
 
 // campaigning reports whether a group in state s is running an election.
 func campaigning(s raft.StateType) bool {

@@ -98,6 +98,10 @@ type Config struct {
 	// between two saves of its producer state (a restart replays at most
 	// that much); default DefaultProducerSaveBytes.
 	ProducerSaveBytes uint64
+	// NoHello: a starting group does not say hello to its replicas
+	// (campaign.go). Only to replay simulator seeds recorded before
+	// hellos existed on their course.
+	NoHello bool
 	// MaxCampaigns bounds the groups of this server that start an
 	// election on their own at once (default DefaultMaxCampaigns; < 0:
 	// unbounded). While that many campaign, the election clock of a
@@ -271,6 +275,7 @@ func (c *Core) AddGroup(id uint64, st Storage) error {
 		g.appliedTerm, _ = st.Term(applied)
 	}
 	c.drain(g)
+	c.hello(g)
 	return nil
 }
 

@@ -51,6 +51,10 @@ func (c *Core) Step(group uint64, m *raftpb.Message) {
 	c.syncTicks(g)
 	g.heard[m.GetFrom()] = g.ticks
 	c.heardFrom(m.GetFrom())
+	if isHello(m) {
+		c.stepHello(g)
+		return
+	}
 	if isQuiesce(m) {
 		c.stepQuiesce(g, m)
 		return

@@ -558,6 +558,12 @@ func (h *Host) TransferLeader(group, to uint64) error {
 	return h.do(func() { h.node.TransferLeader(group, to) })
 }
 
+// Hello makes the groups that know no leader say hello to their
+// replicas: a server calls it once its peer transport is up.
+func (h *Host) Hello() error {
+	return h.do(h.node.Hello)
+}
+
 // Campaign starts an election in the group on this server.
 func (h *Host) Campaign(group uint64) error {
 	return h.do(func() { h.node.Campaign(group) })

@@ -228,6 +228,14 @@ func (n *Node) TransferLeader(group, to uint64) {
 	}
 }
 
+// Hello makes the groups that know no leader say hello to their replicas
+// (campaign.go).
+func (n *Node) Hello() {
+	if n.err == nil {
+		n.core.Hello()
+	}
+}
+
 // Campaign starts an election in the group on this server.
 func (n *Node) Campaign(group uint64) {
 	if n.err == nil {

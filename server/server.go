@@ -223,6 +223,7 @@ func newServer(cfg Config, logger *slog.Logger, fsys vfs.FS) (*Server, error) {
 		s.Close()
 		return nil, fmt.Errorf("raft listener: %w", err)
 	}
+	_ = s.host.Hello() // what the streams said while the transport was down did not go out
 	for _, st := range waiting {
 		s.wg.Add(1)
 		go s.hostWhenFoundersKnown(st)

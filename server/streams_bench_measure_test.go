@@ -139,6 +139,9 @@ func (c *testCluster) debugEvery(ctx context.Context, d time.Duration) {
 			var maxTerm uint64
 			for _, gs := range s.host.Statuses() {
 				roles[gs.Role]++
+				if gs.Leader == 0 {
+					roles["no leader"]++
+				}
 				maxTerm = max(maxTerm, gs.Term)
 			}
 			var tr []string

@@ -73,10 +73,12 @@ func TestSimControlPlaneChecksFail(t *testing.T) {
 // entries (lost writes, diverging replicas). Moves go back to a server the
 // stream left only once it is released (configserver.ReleasedFormers: its
 // copy gone, no replica's membership with it). The seed
-// runs without quiescence, as when it was found: with it, the run takes
-// another course, where the broken variant stalls instead.
+// runs without quiescence and without hellos, as when it was found: with
+// quiescence, the run takes another course, where the broken variant
+// stalls instead; with hellos (campaign.go) it takes another course too,
+// and no seed of 1-300 reaches the bug, with quiescence or without.
 func TestSimControlPlaneMoveBackRegression(t *testing.T) {
-	bad := runSeed(t, Config{Seed: 28, ControlPlane: true, cpBreak: "move-back", NoQuiesce: true})
+	bad := runSeed(t, Config{Seed: 28, ControlPlane: true, cpBreak: "move-back", NoQuiesce: true, noHello: true})
 	require.False(t, bad.OK)
 	require.True(t, slices.Contains(bad.Caught, checkConvergence) || slices.Contains(bad.Caught, checkLinearizable),
 		"caught by %v", bad.Caught)

@@ -58,6 +58,9 @@ type Config struct {
 	// (a former replica is released as soon as its copy is gone, whatever
 	// the replicas' memberships).
 	cpBreak string
+	// noHello runs the servers' groups without their hello on start, to
+	// replay a seed on the course it took when it was recorded.
+	noHello bool
 	// NoBuggify switches every BUGGIFY site off.
 	NoBuggify bool
 	// Weights override the nemesis weights by fault kind (0 disables).
@@ -241,7 +244,7 @@ func (s *Sim) buggifyConfigs() {
 		s.segmentSize = 2 << 10
 	}
 	// Entries are bounded small, so oversized produces (BUGGIFY) are cheap.
-	s.coreCfg = raftnode.Config{NoQuiesce: s.cfg.NoQuiesce, ElectionTick: 10, HeartbeatTick: 1, MaxEntryBytes: 64 << 10,
+	s.coreCfg = raftnode.Config{NoQuiesce: s.cfg.NoQuiesce, NoHello: s.cfg.noHello, ElectionTick: 10, HeartbeatTick: 1, MaxEntryBytes: 64 << 10,
 		// Producer states are saved every few KiB, as a production server
 		// saves them every 64 MiB: restarts load a saved state and replay
 		// the log after it, snapshots ship one.

@@ -57,3 +57,61 @@ func TestCampaignsArePaced(t *testing.T) {
 	require.True(t, ok, "every group led again")
 	require.Equal(t, bound, most, "elections ran up to the bound")
 }
+
+// TestRestartedReplicaSaysHello: a server restarted after its groups' leaders
+// went to sleep without it learns those leaders within a few ticks, by its
+// hello, not an election timeout later by its pre-vote (nor later still
+// while campaigns are at the bound).
+func TestRestartedReplicaSaysHello(t *testing.T) {
+	cryptotest.SetGlobalRandom(t, 1)
+	c := quiescedCluster(t, 3)
+	l := c.Leader(1)
+	require.NotNil(t, l)
+	var back uint64
+	for _, nd := range c.Nodes() {
+		if nd.ID != l.ID {
+			back = nd.ID
+		}
+	}
+	c.Crash(back)
+	require.NoError(t, c.Run(3*electionTick*c.cfg.TickEvery))
+	require.True(t, l.Raft.Quiesced(1), "asleep without the replica that is down")
+
+	require.NoError(t, c.Restart(back))
+	ok, err := c.RunUntil(electionTick/2*c.cfg.TickEvery, func() bool {
+		st, _ := c.Node(back).Raft.Status(1)
+		return st.Leader == l.ID
+	})
+	require.NoError(t, err)
+	require.True(t, ok, "the restarted replica knows its leader within half an election timeout")
+}
+
+// TestHelloAgainOnceConnected: the hellos a restarted server's groups sent
+// before it could reach its peers (a server hosts its streams before its
+// transport starts) are said again by Hello, and the leaders answer.
+func TestHelloAgainOnceConnected(t *testing.T) {
+	cryptotest.SetGlobalRandom(t, 1)
+	c := quiescedCluster(t, 3)
+	l := c.Leader(1)
+	require.NotNil(t, l)
+	var back uint64
+	for _, nd := range c.Nodes() {
+		if nd.ID != l.ID {
+			back = nd.ID
+		}
+	}
+	c.Crash(back)
+	require.NoError(t, c.Run(3*electionTick*c.cfg.TickEvery))
+	c.Isolate(back)
+	require.NoError(t, c.Restart(back))
+	require.NoError(t, c.Run(1)) // the first hellos are lost
+	c.Heal()
+	c.Node(back).Raft.Hello()
+	c.Node(back).Raft.Flush()
+	ok, err := c.RunUntil(electionTick/2*c.cfg.TickEvery, func() bool {
+		st, _ := c.Node(back).Raft.Status(1)
+		return st.Leader == l.ID
+	})
+	require.NoError(t, err)
+	require.True(t, ok, "the restarted replica knows its leader within half an election timeout")
+}
