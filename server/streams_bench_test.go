@@ -291,17 +291,25 @@ func hotEnds(b *testing.B, ctx context.Context, c *testCluster, hot []string) ma
 		rt.Partitions = append(rt.Partitions, rp)
 		req.Topics = append(req.Topics, rt)
 	}
-	shards := cl.RequestSharded(ctx, req)
 	ends := map[string]int64{}
-	for _, sh := range shards {
-		require.NoError(b, sh.Err)
-		for _, t := range sh.Resp.(*kmsg.ListOffsetsResponse).Topics {
-			for _, p := range t.Partitions {
-				require.Zero(b, p.ErrorCode, "%s", t.Topic)
-				ends[t.Topic] = p.Offset
+	// The balancer may be moving a hot leader right now: ask again until
+	// every stream answers (LEADER_NOT_AVAILABLE meanwhile).
+	require.Eventually(b, func() bool {
+		for _, sh := range cl.RequestSharded(ctx, req) {
+			if sh.Err != nil {
+				return false
+			}
+			for _, t := range sh.Resp.(*kmsg.ListOffsetsResponse).Topics {
+				for _, p := range t.Partitions {
+					if p.ErrorCode != 0 {
+						return false
+					}
+					ends[t.Topic] = p.Offset
+				}
 			}
 		}
-	}
+		return len(ends) == len(hot)
+	}, 30*time.Second, 100*time.Millisecond, "end offsets of the hot streams")
 	return ends
 }
 
