@@ -167,6 +167,9 @@ type raftCollector struct {
 // leaderRole is GroupStatus.Role on the leader.
 var leaderRole = raft.StateLeader.String()
 
+// preCandidateRole and candidateRole are GroupStatus.Role during an election.
+var preCandidateRole, candidateRole = raft.StatePreCandidate.String(), raft.StateCandidate.String()
+
 var raftGauges = []struct {
 	name, help string
 	counter    bool
@@ -177,6 +180,8 @@ var raftGauges = []struct {
 		func(s StreamStatus) float64 { return float64(s.LeaderChanges) }},
 	{"vdl_raft_is_leader", "1 if this server leads the stream's group.", false, func(s StreamStatus) float64 { return b2f(s.Role == leaderRole) }},
 	{"vdl_raft_leaderless", "1 if this server knows no leader of the stream's group.", false, func(s StreamStatus) float64 { return b2f(s.Leader == 0) }},
+	{"vdl_raft_campaigning", "1 while this server runs an election in the stream's group (a pre-candidate or candidate).", false,
+		func(s StreamStatus) float64 { return b2f(s.Role == preCandidateRole || s.Role == candidateRole) }},
 	{"vdl_raft_under_replicated", "1 if this server leads the stream and a voter is not in sync (Kafka's UnderReplicatedPartitions).", false,
 		func(s StreamStatus) float64 { return b2f(s.Role == leaderRole && len(s.InSync) < len(s.Voters)) }},
 	{"vdl_raft_commit_index", "Raft commit index of the stream's group.", false, func(s StreamStatus) float64 { return float64(s.Commit) }},

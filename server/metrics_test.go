@@ -70,6 +70,7 @@ func TestMetricsAndProfiles(t *testing.T) {
 
 	require.Equal(t, 1.0, get("vdl_raft_is_leader", "stream", "s").GetGauge().GetValue())
 	require.Equal(t, 0.0, get("vdl_raft_leaderless", "stream", "s").GetGauge().GetValue())
+	require.Equal(t, 0.0, get("vdl_raft_campaigning", "stream", "s").GetGauge().GetValue())
 	require.GreaterOrEqual(t, get("vdl_raft_leader_changes_total", "stream", "s").GetCounter().GetValue(), 1.0)
 	require.Positive(t, get("vdl_raft_term", "stream", "s").GetGauge().GetValue())
 	require.Equal(t, float64(n), get("vdl_stream_high_watermark", "stream", "s").GetGauge().GetValue())
