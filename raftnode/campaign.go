@@ -54,13 +54,14 @@ func isHello(m *raftpb.Message) bool {
 // elected a leader (a bootstrapped group starts in term 1, and has none to
 // find).
 func (c *Core) hello(g *group) {
-	if c.cfg.NoHello || g.rn.BasicStatus().GetTerm() <= 1 {
+	term := g.rn.BasicStatus().GetTerm()
+	if c.cfg.NoHello || term <= 1 {
 		return
 	}
 	for _, id := range c.members(g.id) {
 		if id != c.cfg.ID {
 			c.emit(Send{Group: g.id, Msg: &raftpb.Message{Type: raftpb.MsgHeartbeatResp.Enum(), From: new(c.cfg.ID), To: new(id),
-				Term: new(g.rn.BasicStatus().GetTerm()), Context: helloCtx}})
+				Term: new(term), Context: helloCtx}})
 		}
 	}
 }

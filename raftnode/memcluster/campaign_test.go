@@ -13,18 +13,8 @@ import (
 func TestCampaignsArePaced(t *testing.T) {
 	cryptotest.SetGlobalRandom(t, 1)
 	const groups, bound = 40, 4
-	cfg := Config{Seed: 1, Nodes: []uint64{1, 2, 3}}
-	cfg.Core.MaxCampaigns = bound
-	for g := uint64(1); g <= groups; g++ {
-		cfg.Groups = append(cfg.Groups, g)
-	}
-	c, err := New(cfg)
-	require.NoError(t, err)
-	t.Cleanup(c.Close)
-	s := &scenario{c: c}
-	ok, err := c.RunUntil(200000, s.settled)
-	require.NoError(t, err)
-	require.True(t, ok, s.unsettled())
+	c := quiescedCluster(t, groups, func(cfg *Config) { cfg.Core.MaxCampaigns = bound })
+	cfg := c.cfg
 
 	for _, nd := range c.Nodes() {
 		c.Crash(nd.ID)
@@ -33,7 +23,7 @@ func TestCampaignsArePaced(t *testing.T) {
 		require.NoError(t, c.Restart(nd.ID))
 	}
 	most := 0
-	ok, err = c.RunUntil(200000, func() bool {
+	ok, err := c.RunUntil(200000, func() bool {
 		led := 0
 		for _, nd := range c.Nodes() {
 			n := 0
@@ -58,11 +48,10 @@ func TestCampaignsArePaced(t *testing.T) {
 	require.Equal(t, bound, most, "elections ran up to the bound")
 }
 
-// TestRestartedReplicaSaysHello: a server restarted after its groups' leaders
-// went to sleep without it learns those leaders within a few ticks, by its
-// hello, not an election timeout later by its pre-vote (nor later still
-// while campaigns are at the bound).
-func TestRestartedReplicaSaysHello(t *testing.T) {
+// downWhileLeaderSleeps crashes a follower of group 1 in a quiesced
+// cluster and runs until the leader sleeps without it; it returns the
+// cluster, the leader and the crashed node's id.
+func downWhileLeaderSleeps(t *testing.T) (*Cluster, *Node, uint64) {
 	cryptotest.SetGlobalRandom(t, 1)
 	c := quiescedCluster(t, 3)
 	l := c.Leader(1)
@@ -76,8 +65,12 @@ func TestRestartedReplicaSaysHello(t *testing.T) {
 	c.Crash(back)
 	require.NoError(t, c.Run(3*electionTick*c.cfg.TickEvery))
 	require.True(t, l.Raft.Quiesced(1), "asleep without the replica that is down")
+	return c, l, back
+}
 
-	require.NoError(t, c.Restart(back))
+// requireLeaderKnownSoon checks that node back learns that l leads group 1
+// within half an election timeout: before its first pre-vote could.
+func requireLeaderKnownSoon(t *testing.T, c *Cluster, l *Node, back uint64) {
 	ok, err := c.RunUntil(electionTick/2*c.cfg.TickEvery, func() bool {
 		st, _ := c.Node(back).Raft.Status(1)
 		return st.Leader == l.ID
@@ -86,32 +79,26 @@ func TestRestartedReplicaSaysHello(t *testing.T) {
 	require.True(t, ok, "the restarted replica knows its leader within half an election timeout")
 }
 
+// TestRestartedReplicaSaysHello: a server restarted after its groups' leaders
+// went to sleep without it learns those leaders within a few ticks, by its
+// hello, not an election timeout later by its pre-vote (nor later still
+// while campaigns are at the bound).
+func TestRestartedReplicaSaysHello(t *testing.T) {
+	c, l, back := downWhileLeaderSleeps(t)
+	require.NoError(t, c.Restart(back))
+	requireLeaderKnownSoon(t, c, l, back)
+}
+
 // TestHelloAgainOnceConnected: the hellos a restarted server's groups sent
 // before it could reach its peers (a server hosts its streams before its
 // transport starts) are said again by Hello, and the leaders answer.
 func TestHelloAgainOnceConnected(t *testing.T) {
-	cryptotest.SetGlobalRandom(t, 1)
-	c := quiescedCluster(t, 3)
-	l := c.Leader(1)
-	require.NotNil(t, l)
-	var back uint64
-	for _, nd := range c.Nodes() {
-		if nd.ID != l.ID {
-			back = nd.ID
-		}
-	}
-	c.Crash(back)
-	require.NoError(t, c.Run(3*electionTick*c.cfg.TickEvery))
+	c, l, back := downWhileLeaderSleeps(t)
 	c.Isolate(back)
 	require.NoError(t, c.Restart(back))
 	require.NoError(t, c.Run(1)) // the first hellos are lost
 	c.Heal()
 	c.Node(back).Raft.Hello()
 	c.Node(back).Raft.Flush()
-	ok, err := c.RunUntil(electionTick/2*c.cfg.TickEvery, func() bool {
-		st, _ := c.Node(back).Raft.Status(1)
-		return st.Leader == l.ID
-	})
-	require.NoError(t, err)
-	require.True(t, ok, "the restarted replica knows its leader within half an election timeout")
+	requireLeaderKnownSoon(t, c, l, back)
 }

@@ -8,12 +8,16 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// quiescedCluster starts three nodes hosting groups 1..n and runs them
-// until every group is led, settled and quiesced everywhere.
-func quiescedCluster(tb testing.TB, n int) *Cluster {
+// quiescedCluster starts three nodes hosting groups 1..n (mods change the
+// configuration first) and runs them until every group is led, settled
+// and quiesced everywhere.
+func quiescedCluster(tb testing.TB, n int, mods ...func(*Config)) *Cluster {
 	cfg := Config{Seed: 1, Nodes: []uint64{1, 2, 3}}
 	for g := uint64(1); g <= uint64(n); g++ {
 		cfg.Groups = append(cfg.Groups, g)
+	}
+	for _, mod := range mods {
+		mod(&cfg)
 	}
 	c, err := New(cfg)
 	require.NoError(tb, err)
