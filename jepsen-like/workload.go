@@ -500,7 +500,10 @@ func (r *runner) inject(kind string, victim uint64) error {
 		// The victim's fsyncs stall first (a disk that falls behind), so
 		// the cut finds written, unsynced data: correct code has promised
 		// none of it, code that acknowledges or votes before its fsync has.
-		if err := r.failpoints(victim).Enable("storage/beforeSync", "sleep(3000)"); err != nil {
+		// The stall outlasts awaitUnsyncedWrites, so the cut lands inside
+		// it: a stall as long as the wait ended as the cut came, and the
+		// gate missed the ack-before-fsync canary in 1 of 38 local runs.
+		if err := r.failpoints(victim).Enable("storage/beforeSync", "sleep(5000)"); err != nil {
 			return r.noFailpoints("power losses", err)
 		}
 		r.awaitUnsyncedWrites(victim)

@@ -144,7 +144,7 @@ type RaftConfig struct {
 	// see docs/replication.md.
 	Quiesce *bool `toml:"quiesce"`
 	// MaxCampaigns bounds the streams whose elections this server starts
-	// at once (default 512; -1: unbounded); docs/replication.md.
+	// at once (default 512; negative: unbounded); docs/replication.md.
 	MaxCampaigns int `toml:"max_campaigns"`
 }
 
