@@ -8,6 +8,7 @@ import (
 	"path"
 	"slices"
 	"strings"
+	"sync"
 
 	"github.com/pingcap/failpoint"
 
@@ -425,6 +426,11 @@ type winReader struct {
 
 const window = 1 << 20
 
+// windows pools window buffers: a restart scans every stream's active
+// segment twice (scanSegment, findValidRecord), and a buffer each made 2.5
+// GB of garbage at 10,000 streams, an eighth of the opening's CPU in GC.
+var windows = sync.Pool{New: func() any { return new([window]byte) }}
+
 func (w *winReader) get(off int64, n int) ([]byte, error) {
 	if off >= w.off && off+int64(n) <= w.off+int64(w.n) {
 		return w.buf[off-w.off : off-w.off+int64(n)], nil
@@ -434,7 +440,12 @@ func (w *winReader) get(off int64, n int) ([]byte, error) {
 		return nil, io.ErrUnexpectedEOF
 	}
 	if cap(w.buf) < want {
-		w.buf = make([]byte, want)
+		w.release()
+		if want <= window {
+			w.buf = windows.Get().(*[window]byte)[:]
+		} else {
+			w.buf = make([]byte, want)
+		}
 	}
 	m, err := w.f.ReadAt(w.buf[:want], off)
 	w.off, w.n = off, m
@@ -447,6 +458,14 @@ func (w *winReader) get(off int64, n int) ([]byte, error) {
 	return w.buf[off-w.off : off-w.off+int64(n)], nil
 }
 
+// release gives a pooled window back; w must not be used after.
+func (w *winReader) release() {
+	if cap(w.buf) == window {
+		windows.Put((*[window]byte)(w.buf[:window]))
+	}
+	w.buf, w.n = nil, 0
+}
+
 // scanSegment walks the record chain of s (its data file f) from its
 // header. Only IO errors are returned; an invalid record just ends the walk.
 func scanSegment(f vfs.File, s *segment, stream uint64, size int64) (*scanResult, error) {
@@ -455,6 +474,7 @@ func scanSegment(f vfs.File, s *segment, stream uint64, size int64) (*scanResult
 		end: segHeaderSize, endOffset: s.hdr.firstOffset, maxTs: -1, startMaxTs: -1,
 	}
 	w := &winReader{f: f, size: size}
+	defer w.release()
 	first := true
 	for pos := int64(segHeaderSize); pos+recHeaderSize <= size; {
 		hb, err := w.get(pos, recHeaderSize)
@@ -515,7 +535,11 @@ func scanSegment(f vfs.File, s *segment, stream uint64, size int64) (*scanResult
 // tail (nothing valid after it) from damage in the middle.
 func findValidRecord(f vfs.File, size, from int64, stream, minIndex uint64) int64 {
 	w := &winReader{f: f, size: size}
+	defer w.release()
 	for pos := (from + recAlign - 1) &^ (recAlign - 1); pos+recHeaderSize <= size; pos += recAlign {
+		if i := pos - w.off + 8; pos >= w.off && i < int64(w.n) && w.buf[i] == 0 {
+			continue // no record starts here (hb[8] below), read already: a preallocated tail's zeros, fast
+		}
 		hb, err := w.get(pos, recHeaderSize)
 		if err != nil {
 			return -1
