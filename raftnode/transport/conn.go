@@ -113,7 +113,6 @@ func (t *Transport) serve(raw net.Conn) {
 		old.close("superseded by a newer stream from the same peer")
 	}
 	pr.inbound.Add(1)
-	pr.dialedUs()
 	defer func() {
 		pr.inbound.Add(-1)
 		t.mu.Lock()

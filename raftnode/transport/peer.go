@@ -63,7 +63,6 @@ type peer struct {
 	cancel context.CancelFunc
 	signal chan struct{} // cap 1: queue became non-empty
 	redial chan struct{} // cap 1: address changed
-	back   chan struct{} // cap 1: the peer dialed us, so it is up
 
 	mu      sync.Mutex
 	addr    string
@@ -89,7 +88,6 @@ func newPeer(t *Transport, id uint64, addr string) *peer {
 		addr:   addr,
 		signal: make(chan struct{}, 1),
 		redial: make(chan struct{}, 1),
-		back:   make(chan struct{}, 1),
 	}
 	p.ctx, p.cancel = context.WithCancel(t.ctx)
 	p.maxFrame.Store(uint32(t.cfg.MaxFrameBytes))
@@ -230,21 +228,8 @@ func (p *peer) stop() {
 	}
 }
 
-// dialedUs cuts a backoff short: the peer has just dialed us, so it is up
-// again. Without it, what we send a restarted server is dropped for up to
-// MaxBackoff after it is back (a sleeping leader's answer to its hello).
-func (p *peer) dialedUs() {
-	if p.state.Load() == stateConnected {
-		return
-	}
-	select {
-	case p.back <- struct{}{}:
-	default:
-	}
-}
-
-// sleep waits d, or until the address changes, the peer dials us, or we
-// are stopped; it reports whether still running.
+// sleep waits d, or until the address changes, or until stopped; it reports
+// whether still running.
 func (p *peer) sleep(d time.Duration) bool {
 	tm := time.NewTimer(d)
 	defer tm.Stop()
@@ -252,8 +237,6 @@ func (p *peer) sleep(d time.Duration) bool {
 	case <-tm.C:
 		return true
 	case <-p.redial:
-		return true
-	case <-p.back:
 		return true
 	case <-p.ctx.Done():
 		return false
@@ -270,10 +253,6 @@ func (p *peer) run() {
 		// Drain a pending redial request: we are dialing the current address.
 		select {
 		case <-p.redial:
-		default:
-		}
-		select {
-		case <-p.back:
 		default:
 		}
 		addr := p.address()

@@ -538,32 +538,3 @@ func TestSetPeerWakesBackoff(t *testing.T) {
 		return b.recv.count() > 0
 	}, 5*time.Second, 5*time.Millisecond)
 }
-
-// A peer that dials us is up: our writer stops backing off and connects,
-// so what we send a restarted server is not dropped until the backoff ends.
-func TestPeerDialingUsWakesBackoff(t *testing.T) {
-	checkGoroutines(t)
-	dead := listen(t)
-	addr2 := dead.Addr().String()
-	require.NoError(t, dead.Close())
-	la := listen(t)
-	book := map[uint64]string{1: la.Addr().String(), 2: addr2}
-	slow := func(c *Config) { c.MinBackoff, c.MaxBackoff = 30*time.Second, 30*time.Second }
-	a := startNode(t, 1, la, book, slow)
-	require.Eventually(t, func() bool {
-		a.Send(1, msg(raftpb.MsgHeartbeat, 1, 2, 0, nil))
-		return a.Stats()[2].DialFailures > 0
-	}, waitFor, 5*time.Millisecond)
-	// a is now sleeping a 15-30s backoff; node 2 starts and dials it.
-	lb, err := net.Listen("tcp", addr2)
-	require.NoError(t, err)
-	b := startNode(t, 2, lb, book)
-	require.Eventually(t, func() bool {
-		b.Send(1, msg(raftpb.MsgHeartbeatResp, 2, 1, 0, nil))
-		return a.recv.count() > 0
-	}, 5*time.Second, 5*time.Millisecond)
-	require.Eventually(t, func() bool {
-		a.Send(1, msg(raftpb.MsgHeartbeat, 1, 2, 0, nil))
-		return b.recv.count() > 0
-	}, 5*time.Second, 5*time.Millisecond)
-}
