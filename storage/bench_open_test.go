@@ -11,7 +11,7 @@ import (
 
 // BenchmarkOpenIdle opens the log of an idle stream (bootstrapped, a few
 // entries, its first segment's small allocation): what a restart does
-// 10,000 times at 10,000 streams (docs/operations.md, Restart). Recovery
+// 10,000 times at 10,000 streams (docs/operations.md, Sizing). Recovery
 // scans the active segment and the zeros after its last record; the scan
 // windows are pooled, so allocations stay small (B/op).
 func BenchmarkOpenIdle(b *testing.B) {
