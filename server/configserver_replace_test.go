@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"github.com/twmb/franz-go/pkg/kgo"
 
@@ -41,6 +42,7 @@ func TestControlledConfigServerReplaced(t *testing.T) {
 	defer cl.Close()
 	var mu sync.Mutex
 	var acked []string
+	var lastErr error
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
 	wg.Add(1)
@@ -56,11 +58,11 @@ func TestControlledConfigServerReplaced(t *testing.T) {
 			pctx, pcancel := context.WithTimeout(ctx, 5*time.Second)
 			err := cl.ProduceSync(pctx, &kgo.Record{Value: []byte(v)}).FirstErr()
 			pcancel()
-			if err == nil {
-				mu.Lock()
+			mu.Lock()
+			if lastErr = err; err == nil {
 				acked = append(acked, v)
-				mu.Unlock()
 			}
+			mu.Unlock()
 			time.Sleep(10 * time.Millisecond)
 		}
 	}()
@@ -69,7 +71,11 @@ func TestControlledConfigServerReplaced(t *testing.T) {
 		defer mu.Unlock()
 		return len(acked)
 	}
-	require.Eventually(t, func() bool { return ackedNow() > 20 }, 20*time.Second, 50*time.Millisecond)
+	if !assert.Eventually(t, func() bool { return ackedNow() > 20 }, 20*time.Second, 50*time.Millisecond) {
+		mu.Lock()
+		defer mu.Unlock()
+		t.Fatalf("%d produced records acknowledged; the last produce error: %v", len(acked), lastErr)
+	}
 
 	leaderIdx := func() int {
 		for i, s := range svcs {
@@ -86,7 +92,7 @@ func TestControlledConfigServerReplaced(t *testing.T) {
 	require.NoError(t, svcs[victim].Close())
 	svcs[victim] = nil
 	require.NoError(t, os.RemoveAll(c.csCfgs[victim].DataDir))
-	svcs[victim], err = configserver.Start(c.csCfgs[victim], csLogger())
+	svcs[victim], err = configserver.Start(c.csCfgs[victim], testLogger(t))
 	require.NoError(t, err)
 	member := func(id uint64) configserver.ConfigServerStatus {
 		cs, err := cc.ConfigServers(ctx)

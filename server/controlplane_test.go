@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"os"
 	"path/filepath"
 	"slices"
@@ -62,6 +61,7 @@ func newControlledClusterCS(t testing.TB, fss []vfs.FS, csMod func(*configserver
 		peers, apis = append(peers, p), append(apis, p.API)
 	}
 	var svcs []*configserver.Service
+	csLog := testLogger(t)
 	var csCfgs []configserver.Config
 	for _, p := range peers {
 		cfg := configserver.Config{ID: p.ID, ClusterID: "test", DataDir: filepath.Join(dir, fmt.Sprintf("cs%d", p.ID)),
@@ -71,7 +71,7 @@ func newControlledClusterCS(t testing.TB, fss []vfs.FS, csMod func(*configserver
 		if csMod != nil {
 			csMod(&cfg)
 		}
-		s, err := configserver.Start(cfg, csLogger())
+		s, err := configserver.Start(cfg, csLog.With("config", p.ID))
 		require.NoError(t, err)
 		svcs, csCfgs = append(svcs, s), append(csCfgs, cfg)
 	}
@@ -354,14 +354,6 @@ func TestControlledCreateDeleteWithSarama(t *testing.T) {
 		}
 		return true
 	}, 10*time.Second, 50*time.Millisecond)
-}
-
-// csLogger is the config servers' logger in tests: silent unless -v.
-func csLogger() *slog.Logger {
-	if testing.Verbose() {
-		return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	}
-	return slog.New(slog.DiscardHandler)
 }
 
 // A server whose disk runs short of space while streams are created: it

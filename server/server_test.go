@@ -36,6 +36,7 @@ type testCluster struct {
 	fss     []vfs.FS              // nil: the OS file system
 	certs   string                // the cluster's certificates and admin token (pki.EnsureDir)
 	csCfgs  []configserver.Config // a controlled cluster's config servers
+	log     *slog.Logger          // the servers' and config servers' (testLogger)
 }
 
 func newTestCluster(t testing.TB, segment int64) *testCluster {
@@ -85,15 +86,14 @@ func newTestClusterOn(t testing.TB, fss []vfs.FS, mod func(*Config)) *testCluste
 }
 
 func (c *testCluster) start(i int) {
-	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
-	if testing.Verbose() {
-		logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	if c.log == nil {
+		c.log = testLogger(c.t)
 	}
 	var fsys vfs.FS = vfs.OS{}
 	if c.fss != nil {
 		fsys = c.fss[i]
 	}
-	s, err := newServer(c.cfgs[i], logger.With("node", i+1), fsys)
+	s, err := newServer(c.cfgs[i], c.log.With("node", i+1), fsys)
 	require.NoError(c.t, err)
 	require.NoError(c.t, s.Serve(make(chan error, 2)))
 	c.servers[i] = s
