@@ -25,8 +25,10 @@ import (
 // is told for all quiesced groups at once by one liveness heartbeat per
 // server pair and heartbeat interval (a MsgHeartbeat in LivenessGroup).
 // When a peer has not been heard from (in any group) for an election
-// timeout, its quiesced groups wake: those it leads, and those this server
-// leads with it as a replica. A woken follower's election clock is first
+// timeout, or the transport cannot reach it, the quiesced groups it leads
+// wake. Those this server leads with it as a replica sleep on without it
+// while the rest of their voters are a quorum (its first message in the
+// group wakes the group), and wake when they are not. A woken follower's election clock is first
 // moved on by the time its leader's server has been silent, so a dead
 // leader is replaced as fast as if the group had never slept.
 //
@@ -142,8 +144,9 @@ func (c *Core) tickQuiescence() {
 	}
 }
 
-// wakePeer wakes the quiesced groups that peer leads here, and those this
-// server leads with peer as a replica: what their heartbeats would have
+// wakePeer wakes the quiesced groups that peer leads here; those this
+// server leads with peer as a replica sleep on without it if they can
+// (sleepWithout), and wake otherwise: what their heartbeats would have
 // noticed if peer's server is gone.
 func (c *Core) wakePeer(peer uint64) {
 	if _, ok := c.q.peers[peer]; !ok {
@@ -151,9 +154,57 @@ func (c *Core) wakePeer(peer uint64) {
 	}
 	for _, id := range c.ids {
 		q := c.q.quiet[id]
-		if q != nil && ((q.leader && slices.Contains(q.peers, peer)) || (!q.leader && q.lead == peer)) {
+		switch {
+		case q == nil:
+		case !q.leader && q.lead == peer:
+			c.wake(c.groups[id])
+		case q.leader && slices.Contains(q.peers, peer) && !c.sleepWithout(c.groups[id], q, peer):
 			c.wake(c.groups[id])
 		}
+	}
+}
+
+// sleepWithout keeps a quiesced leader's group asleep without a replica
+// whose server fell silent, and reports whether it could: the replica is
+// a voter (a learner never campaigns, so nothing would wake the group
+// when it is back), and the live voters are still a quorum. That is where
+// idleLeader's dead-replica rule puts the group a few ticks after waking
+// it; waking first made every group a stopped server was a replica of
+// heartbeat at once, thousands per server, whose answers came later than
+// CheckQuorum waits under that load, and leaders stepped down in
+// thousands.
+func (c *Core) sleepWithout(g *group, q *quietGroup, peer uint64) bool {
+	voters, live, voter := 0, 0, false
+	g.rn.WithProgress(func(id uint64, typ raft.ProgressType, _ tracker.Progress) {
+		if typ != raft.ProgressTypePeer {
+			return
+		}
+		voters++
+		switch {
+		case id == peer:
+			voter = true
+		case id == c.cfg.ID || slices.Contains(q.peers, id):
+			live++
+		}
+	})
+	if !voter || live <= voters/2 {
+		return false
+	}
+	q.peers = slices.DeleteFunc(slices.Clone(q.peers), func(p uint64) bool { return p == peer })
+	q.dead = append(slices.Clone(q.dead), peer)
+	slices.Sort(q.dead)
+	q.status = nil
+	c.unpeer(peer)
+	return true
+}
+
+// unpeer counts one quiesced group less that peer is a replica of; at
+// none, its liveness is no longer tracked.
+func (c *Core) unpeer(peer uint64) {
+	if c.q.peers[peer]--; c.q.peers[peer] <= 0 {
+		delete(c.q.peers, peer)
+		delete(c.q.heard, peer)
+		delete(c.q.expired, peer)
 	}
 }
 
@@ -347,11 +398,7 @@ func (c *Core) wake(g *group) {
 		silent = min(c.q.ticks-h, uint64(c.cfg.ElectionTick))
 	}
 	for _, p := range q.peers {
-		if c.q.peers[p]--; c.q.peers[p] <= 0 {
-			delete(c.q.peers, p)
-			delete(c.q.heard, p)
-			delete(c.q.expired, p)
-		}
+		c.unpeer(p)
 	}
 	for range silent {
 		g.rn.Tick()

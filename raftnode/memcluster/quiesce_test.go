@@ -88,8 +88,9 @@ func TestLivenessMessagesAreChecked(t *testing.T) {
 }
 
 // TestUnreachablePeerWakesItsGroups: when the transport reports a peer
-// unreachable for the liveness heartbeat, the quiesced groups that depend
-// on it wake at once; the others stay quiet.
+// unreachable for the liveness heartbeat, the quiesced groups it leads wake
+// at once; a group led here sleeps on without it while the other voters
+// are a quorum, and wakes when they are not; the others stay quiet.
 func TestUnreachablePeerWakesItsGroups(t *testing.T) {
 	cryptotest.SetGlobalRandom(t, 1)
 	c, err := New(Config{Seed: 3, Nodes: []uint64{1, 2, 3}, Groups: []uint64{1}})
@@ -118,11 +119,20 @@ func TestUnreachablePeerWakesItsGroups(t *testing.T) {
 	f.Raft.ReportUnreachable(raftnode.LivenessGroup, other.ID)
 	f.Raft.Flush()
 	require.True(t, f.Raft.Quiesced(1))
-	// A follower losing its leader, and the leader losing a follower.
+	// A follower losing its leader.
 	f.Raft.ReportUnreachable(raftnode.LivenessGroup, l.ID)
 	f.Raft.Flush()
 	require.False(t, f.Raft.Quiesced(1))
+	// The leader losing one follower of two sleeps on without it, and
+	// reports it inactive; losing the second, it wakes.
 	l.Raft.ReportUnreachable(raftnode.LivenessGroup, other.ID)
+	l.Raft.Flush()
+	require.True(t, l.Raft.Quiesced(1))
+	st, ok := l.Raft.Status(1)
+	require.True(t, ok)
+	require.False(t, st.Progress[other.ID].RecentActive)
+	require.True(t, st.Progress[f.ID].RecentActive)
+	l.Raft.ReportUnreachable(raftnode.LivenessGroup, f.ID)
 	l.Raft.Flush()
 	require.False(t, l.Raft.Quiesced(1))
 }
