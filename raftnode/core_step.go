@@ -20,7 +20,7 @@ func (c *Core) Tick() {
 	for _, id := range c.awakeIDs() {
 		g := c.groups[id]
 		g.ticks++
-		if c.mayTick(g) {
+		if c.mayTick(g) && c.tickSuccession(g) {
 			g.rn.Tick()
 			c.drain(g)
 		}
@@ -51,6 +51,9 @@ func (c *Core) Step(group uint64, m *raftpb.Message) {
 	c.syncTicks(g)
 	g.heard[m.GetFrom()] = g.ticks
 	c.heardFrom(m.GetFrom())
+	if c.stepSuccession(g, m) {
+		return
+	}
 	if isHello(m) {
 		c.stepHello(g)
 		return
@@ -62,7 +65,9 @@ func (c *Core) Step(group uint64, m *raftpb.Message) {
 	if c.stepQuiet(g, m) {
 		return
 	}
+	succeed := c.succeedOnPreVote(g, m)
 	c.wake(g)
+	succeed()
 	_ = g.rn.Step(m) // peer-not-found and stale messages are dropped, as raft intends
 	c.drain(g)
 }

@@ -45,6 +45,8 @@ type group struct {
 	heard map[uint64]uint64
 
 	prod *prodState // idempotent producers (producer_state.go)
+
+	succ *succession // its place in the succession of a silent leader (succession.go)
 }
 
 type pending struct {

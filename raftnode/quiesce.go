@@ -28,9 +28,10 @@ import (
 // timeout, or the transport cannot reach it, the quiesced groups it leads
 // wake. Those this server leads with it as a replica sleep on without it
 // while the rest of their voters are a quorum (its first message in the
-// group wakes the group), and wake when they are not. A woken follower's election clock is first
-// moved on by the time its leader's server has been silent, so a dead
-// leader is replaced as fast as if the group had never slept.
+// group wakes the group), and wake when they are not. A woken follower's
+// election clock is first moved on by the time its leader's server has
+// been silent, so a dead leader is replaced as fast as if the group had
+// never slept, by the replicas left in the order of succession.go.
 //
 // Any proposal, read fence, leadership transfer, campaign, delivery report
 // or peer message of a group wakes it. Reads stay linearizable: a fence is
@@ -156,8 +157,11 @@ func (c *Core) wakePeer(peer uint64) {
 		q := c.q.quiet[id]
 		switch {
 		case q == nil:
+			c.succeedAwake(c.groups[id], peer)
 		case !q.leader && q.lead == peer:
+			silent := c.q.ticks - c.q.heard[peer] // before wake forgets peer
 			c.wake(c.groups[id])
+			c.succeed(c.groups[id], peer, silent)
 		case q.leader && slices.Contains(q.peers, peer) && !c.sleepWithout(c.groups[id], q, peer):
 			c.wake(c.groups[id])
 		}
