@@ -17,18 +17,27 @@ import (
 //
 // So the first voter in id order other than the silent leader campaigns
 // as soon as the lease of the old leader is over (when raft grants votes
-// again), and again every successionRetry ticks while its pre-votes are
-// not granted; the others stop their election clock at the lease's end
-// for another election timeout, and out of lease they vote for it
-// meanwhile. If it is gone too, they elect as raft always does, an
-// election timeout later. A sleeping follower woken by another replica's pre-vote takes its
+// again), as its server's campaign bound allows (campaign.go: a server
+// whose leader peer stops has thousands of groups to take over, and all
+// at once, with their pre-votes, votes and syncs, was an election storm
+// of its own); the others stop their election clocks at the lease's end
+// for successionHold election timeouts, and vote for it meanwhile. If it
+// is gone too, they elect as raft always does, that much later.
+// A sleeping follower woken by the first successor's pre-vote takes its
 // place in the succession too. A group that hears from the silent leader
 // or learns another forgets its place.
 
-// successionRetry is how many ticks apart the first successor campaigns:
-// the others last heard the leader a tick or more apart from it (and
-// later under load), and do not vote before their own lease is over; a
-// pre-vote they refused costs nothing but the round trip.
+// successionHold is how many election timeouts after the lease's end the
+// succession lasts. Three, long enough for a server's campaign bound to
+// work through thousands of groups, stalled a disk replacement in the
+// simulator past its 20 s bound (seed 178: with the others' clocks held
+// that long, a replica being rebuilt was not caught up; not understood
+// yet); one does not.
+const successionHold = 1
+
+// successionRetry is how many ticks apart a first successor sends its
+// pre-votes again while they are not granted (the others' leases may end
+// a tick or two after its own, and a replica in its lease ignores them).
 const successionRetry = 2
 
 // succession is a follower's place in the succession of a silent leader,
@@ -36,8 +45,8 @@ const successionRetry = 2
 type succession struct {
 	from uint64 // the silent leader
 	// at is when the lease of from is over: the first successor
-	// campaigns then (and every successionRetry ticks after until it
-	// leads or hold), the others hold their election clock until hold.
+	// campaigns from then until it leads or hold, the others hold their
+	// election clock until hold.
 	at, hold uint64
 	first    bool   // this replica is the first successor
 	firstID  uint64 // the first successor
@@ -51,15 +60,10 @@ func (c *Core) succeed(g *group, leader, silent uint64) {
 	if g.role != raft.StateFollower || g.lead != leader || g.succ != nil {
 		return
 	}
-	first := uint64(0)
-	g.rn.WithProgress(func(id uint64, typ raft.ProgressType, _ tracker.Progress) { // in id order
-		if typ == raft.ProgressTypePeer && id != leader && first == 0 {
-			first = id
-		}
-	})
+	first := firstSuccessor(g, leader)
 	et := uint64(c.cfg.ElectionTick)
 	at := g.ticks + et - min(silent, et)
-	g.succ = &succession{from: leader, at: at, hold: at + et, first: first == c.cfg.ID, firstID: first}
+	g.succ = &succession{from: leader, at: at, hold: at + successionHold*et, first: first == c.cfg.ID, firstID: first}
 	c.tickSuccession(g)
 }
 
@@ -71,6 +75,18 @@ func (c *Core) succeedAwake(g *group, peer uint64) {
 	}
 }
 
+// firstSuccessor is the first voter of the group in id order other than
+// leader.
+func firstSuccessor(g *group, leader uint64) uint64 {
+	first := uint64(0)
+	g.rn.WithProgress(func(id uint64, typ raft.ProgressType, _ tracker.Progress) { // in id order
+		if typ == raft.ProgressTypePeer && id != leader && first == 0 {
+			first = id
+		}
+	})
+	return first
+}
+
 // stepSuccession looks at a message for a group in a succession before
 // raft steps it, and reports whether to drop it. The silent leader heard
 // from again ends the succession. The first successor drops the others'
@@ -79,13 +95,16 @@ func (c *Core) succeedAwake(g *group, peer uint64) {
 // its own from it, and both would be candidates of the same term (a split
 // vote); dropped, its pre-vote fails, and it votes for the first. (A lost
 // message is always safe.) The others stop waiting for a first successor
-// whose pre-vote shows a log behind theirs: it cannot win their vote.
+// whose pre-vote shows a log behind theirs: it cannot win their vote; and
+// a first successor whose pre-vote is refused stops trying first.
 func (c *Core) stepSuccession(g *group, m *raftpb.Message) bool {
 	s := g.succ
 	switch {
 	case s == nil:
 	case m.GetFrom() == s.from:
 		g.succ = nil
+	case s.first && m.GetType() == raftpb.MsgPreVoteResp && m.GetReject():
+		g.succ = nil // it cannot win: raft elects as always
 	case m.GetType() != raftpb.MsgPreVote:
 	case s.first:
 		return true
@@ -109,13 +128,17 @@ func (c *Core) upToDate(g *group, m *raftpb.Message) bool {
 	return m.GetLogTerm() > term || (m.GetLogTerm() == term && m.GetIndex() >= last)
 }
 
-// succeedOnPreVote gives a sleeping follower woken by another replica's
-// pre-vote its place in the succession: that replica's lease of the leader
-// is over, and this server may not have noticed the leader's silence yet
-// (or ever, once no sleeping group depends on it). Called before the wake.
+// succeedOnPreVote gives a sleeping follower woken by the first
+// successor's pre-vote its place in the succession: the first's lease of
+// the leader is over, and this server may not have noticed the leader's
+// silence yet (or ever, once no sleeping group depends on it). Not on
+// anyone else's: a replica cut off for a while, or one being replaced,
+// campaigns on its own, and a group whose leader is alive would then
+// hold its clocks and elect the first successor for nothing. Called
+// before the wake.
 func (c *Core) succeedOnPreVote(g *group, m *raftpb.Message) func() {
 	q := c.q.quiet[g.id]
-	if q == nil || q.leader || m.GetType() != raftpb.MsgPreVote || m.GetFrom() == q.lead {
+	if q == nil || q.leader || m.GetType() != raftpb.MsgPreVote || m.GetFrom() != firstSuccessor(g, q.lead) {
 		return func() {}
 	}
 	h, ok := c.q.heard[q.lead]
@@ -143,8 +166,9 @@ func (c *Core) tickSuccession(g *group) bool {
 		return g.role != raft.StateFollower // hold the clock; an election under way goes on
 	case g.role == raft.StateCandidate:
 		return true // past the pre-vote: the election runs to its end
-	case (g.ticks-s.at)%successionRetry == 0:
-		_ = g.rn.Campaign() // a follower, or a pre-candidate whose pre-votes were not all answered
+	case (g.ticks-s.at)%successionRetry != 0:
+	case g.role == raft.StatePreCandidate || c.cfg.MaxCampaigns < 0 || c.campaigns < c.cfg.MaxCampaigns:
+		_ = g.rn.Campaign() // again, for a pre-candidate: its pre-votes may have come before the others' leases ended
 		c.drain(g)
 	}
 	return false

@@ -37,7 +37,12 @@ func TestControlledConfigServerReplaced(t *testing.T) {
 	}, 20*time.Second, 200*time.Millisecond)
 
 	// Produce throughout.
-	cl, err := kgo.NewClient(kgo.SeedBrokers(c.kafkaAddrs()...), kgo.DefaultProduceTopic("orders"))
+	// Metadata refreshed often: the stream may not be hosted yet when the
+	// client first asks, and a client re-asks after an error no sooner
+	// than its minimum metadata age (5 s by default): four such answers
+	// under load take the 20 s allowed for the first acknowledgements
+	// (what the one CI failure of this test looked like).
+	cl, err := kgo.NewClient(kgo.SeedBrokers(c.kafkaAddrs()...), kgo.DefaultProduceTopic("orders"), kgo.MetadataMinAge(100*time.Millisecond))
 	require.NoError(t, err)
 	defer cl.Close()
 	var mu sync.Mutex
