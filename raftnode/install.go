@@ -7,6 +7,7 @@ import (
 
 	"github.com/pingcap/failpoint"
 	"go.etcd.io/raft/v3/raftpb"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/vdl-project/vdl/failpoints"
 	"github.com/vdl-project/vdl/storage"
@@ -50,6 +51,11 @@ type InstallJob struct {
 	// models the copy's duration with it).
 	Copied int
 	log    Log
+	// contexts are those of the membership changes among the entries
+	// copied, in log order, every attempt's: the snapshot's membership
+	// says who the members are, and only these say which data dir each
+	// one added is (Installed).
+	contexts [][]byte
 }
 
 // installRetryTicks bounds the backoff between attempts, in ticks.
@@ -91,6 +97,7 @@ func (j *InstallJob) source(fetch EntryFetcher) storage.EntrySource {
 			ents, prev, err := fetch(j.Group, p, from, to)
 			if err == nil && len(ents) > 0 && ents[0].GetIndex() == from {
 				j.Copied += len(ents)
+				j.contexts = append(j.contexts, confContexts(ents)...)
 				return ents, prev, nil
 			}
 			if err == nil {
@@ -109,6 +116,36 @@ func (j *InstallJob) source(fetch EntryFetcher) storage.EntrySource {
 		}
 		return nil, 0, fmt.Errorf("%w: [%d, %d]: %v", ErrSnapshotUnavailable, from, to, errors.Join(errs...))
 	}
+}
+
+// confContexts returns the non-empty contexts of the membership changes
+// among ents, in order. Entries that do not decode are skipped: they came
+// from a peer, and the install checks what it stores.
+func confContexts(ents []*raftpb.Entry) [][]byte {
+	var out [][]byte
+	for _, e := range ents {
+		var cc raftpb.ConfChangeI
+		switch e.GetType() {
+		case raftpb.EntryConfChange:
+			var v1 raftpb.ConfChange
+			if proto.Unmarshal(e.GetData(), &v1) != nil {
+				continue
+			}
+			cc = &v1
+		case raftpb.EntryConfChangeV2:
+			var v2 raftpb.ConfChangeV2
+			if proto.Unmarshal(e.GetData(), &v2) != nil {
+				continue
+			}
+			cc = &v2
+		default:
+			continue
+		}
+		if ctx := cc.AsV2().GetContext(); len(ctx) > 0 {
+			out = append(out, ctx)
+		}
+	}
+	return out
 }
 
 // startInstall starts the first attempt to install the snapshot a carries.
@@ -139,7 +176,15 @@ func (n *Node) Installed(j *InstallJob, err error) {
 		delete(n.installs, g)
 		n.installedConf(j.Append)
 		if n.cfg.OnMembership != nil { // the membership comes with the snapshot
-			n.cfg.OnMembership(g, j.Append.Msg.GetSnapshot().GetMetadata().GetConfState(), nil)
+			cs := j.Append.Msg.GetSnapshot().GetMetadata().GetConfState()
+			n.cfg.OnMembership(g, cs, nil)
+			// Then what the changes it jumps over said of their nodes: a
+			// node removed and added back with a new data dir (a replaced
+			// disk) is a member before and after, and without its add's
+			// context this server would know it by its old dir for good.
+			for _, ctx := range j.contexts {
+				n.cfg.OnMembership(g, cs, ctx)
+			}
 		}
 		waiting := p.installing[g]
 		delete(p.installing, g)

@@ -197,8 +197,12 @@ func (r *Roster) Applied(self, group uint64, cs *raftpb.ConfState, context []byt
 			delete(r.presented, id)
 		}
 	}
+	// A context names the node a change added or promoted, a member of
+	// the membership it comes with (a snapshot install replays the
+	// contexts of every change it jumped over: only its members' count).
 	var mc memberContext
-	if len(context) > 0 && json.Unmarshal(context, &mc) == nil && mc.Node != 0 && mc.Node != self && mc.DirID != 0 {
+	if len(context) > 0 && json.Unmarshal(context, &mc) == nil && mc.Node != 0 && mc.Node != self && mc.DirID != 0 &&
+		(slices.Contains(cs.GetVoters(), mc.Node) || slices.Contains(cs.GetLearners(), mc.Node)) {
 		if r.dirs[mc.Node] != mc.DirID {
 			r.dirs[mc.Node] = mc.DirID
 			changed = true

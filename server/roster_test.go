@@ -161,3 +161,25 @@ func TestRosterAddressee(t *testing.T) {
 	require.True(t, r.Applied(1, 1, &raftpb.ConfState{Voters: []uint64{1, 2}}, nil))
 	require.Equal(t, uint64(0x99), r.Addressee(3))
 }
+
+// A snapshot install jumps over a node's removal and its re-add with a
+// replaced disk: the membership alone does not say which dir it is (a
+// member before and after), the re-add's context, replayed after it, does.
+// A replayed context of a node no longer a member records nothing.
+func TestRosterInstallAcrossARemoveAndReAdd(t *testing.T) {
+	r := NewRoster(map[uint64]uint64{2: 0x22, 3: 0x33})
+	r.Hosted(1, &raftpb.ConfState{Voters: []uint64{1, 2, 3}})
+	_, err := r.Admit(3, 0x99) // node 3's disk was replaced
+	require.ErrorIs(t, err, errDirChanged)
+	cs := &raftpb.ConfState{Voters: []uint64{1, 2}, Learners: []uint64{3}}
+	require.False(t, r.Applied(1, 1, cs, nil))
+	require.True(t, r.Stale(3), "known by its old dir: nothing said otherwise")
+	require.True(t, r.Applied(1, 1, cs, MemberContext(3, 0x99)))
+	require.False(t, r.Stale(3))
+	d, _ := r.Dir(3)
+	require.Equal(t, uint64(0x99), d)
+
+	require.False(t, r.Applied(1, 1, cs, MemberContext(4, 0x44)), "node 4 was added and removed again")
+	_, known := r.Dir(4)
+	require.False(t, known)
+}

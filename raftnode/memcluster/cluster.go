@@ -45,6 +45,9 @@ type Config struct {
 	// TickEvery steps, every node ticks once (default 3).
 	TickEvery int
 	Core      raftnode.Config
+	// OnMembership, when set, sees what each node's engine tells of the
+	// memberships its groups apply or install (raftnode.NodeConfig).
+	OnMembership func(node, group uint64, cs *raftpb.ConfState, context []byte)
 }
 
 // Cluster is a deterministic in-memory cluster.
@@ -150,6 +153,11 @@ func (n *Node) start() error {
 		Core:     cc,
 		Logger:   slog.New(slog.DiscardHandler), // a fail-stop comes back through Stopped
 		OnEffect: func(e raftnode.Effect) { n.c.record("n%d %s", n.ID, raftnode.Describe(e)) },
+		OnMembership: func(g uint64, cs *raftpb.ConfState, ctx []byte) {
+			if n.c.cfg.OnMembership != nil {
+				n.c.cfg.OnMembership(n.ID, g, cs, ctx)
+			}
+		},
 	}, memIO{n})
 	n.Logs = map[uint64]*storage.Log{}
 	n.hwm = map[uint64]int64{}
