@@ -154,6 +154,18 @@ func idemRun(t *testing.T, cfg idemConfig) idemOutcome {
 
 	var faults []checker.FaultWindow
 	time.Sleep(phase)
+	// Every producer acknowledged before the first kill: a client slow to
+	// start (kafkajs's Node.js process under a loaded CI machine) otherwise
+	// first met the leader when it was already killed, and its process
+	// gave up on the refused connection: nothing it sent was acknowledged.
+	require.Eventually(t, func() bool {
+		for _, s := range st {
+			if s.ok.Load() == 0 {
+				return false
+			}
+		}
+		return true
+	}, 30*time.Second, 20*time.Millisecond, "every producer's first acknowledgement")
 	for k := range kills {
 		leader := c.WaitLeader(stream, 20*time.Second)
 		at := clock()
