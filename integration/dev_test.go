@@ -109,6 +109,10 @@ func TestDevCluster(t *testing.T) {
 	o, err := ctl("stream", "create", "orders", "--preferred-dc", "dc2")
 	require.NoError(t, err, o)
 	require.Regexp(t, `orders\s+\d+\s+2,`, o, "placed with its preferred leader in dc2 (server 2) first")
+	// It returns once the stream has a leader: its replicas host it, so the
+	// produce right after does not meet an unknown topic (franz-go gives up
+	// after 4 such answers, which a loaded machine took to reach).
+	require.Regexp(t, `orders\s+\d+\s+[\d,]+\s+\d+\s`, o, "a leader in the table")
 	require.NoError(t, cl.ProduceSync(ctx, &kgo.Record{Topic: "orders", Value: []byte("o1")}).FirstErr())
 	o, err = ctl("cluster", "status")
 	require.NoError(t, err, o)

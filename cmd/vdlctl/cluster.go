@@ -127,6 +127,7 @@ func humanBytes(n int64) string {
 func addStreamAdminCmds(a *app, cmd *cobra.Command) {
 	var spec configserver.StreamSpec
 	var retMs, retBytes int64
+	var wait time.Duration
 	create := &cobra.Command{
 		Use:   "create NAME [--replication-factor 3|5] [--preferred-dc DC] [--retention-ms MS] [--retention-bytes N]",
 		Short: "Create a stream (placed by the config servers)",
@@ -141,10 +142,15 @@ func addStreamAdminCmds(a *app, cmd *cobra.Command) {
 			}
 			return a.call(func(ctx context.Context, c *configserver.Client) (any, func(io.Writer), error) {
 				st, err := c.CreateStream(ctx, spec)
-				return st, func(w io.Writer) { streamTable(w, []configserver.StreamStatus{{Stream: st}}) }, err
+				if err != nil {
+					return nil, nil, err
+				}
+				status := a.waitLed(ctx, c, configserver.StreamStatus{Stream: st}, wait)
+				return status, func(w io.Writer) { streamTable(w, []configserver.StreamStatus{status}) }, nil
 			})
 		},
 	}
+	create.Flags().DurationVar(&wait, "wait", 10*time.Second, "wait this long for the stream's first leader (0: return once it is created)")
 	create.Flags().IntVar(&spec.ReplicationFactor, "replication-factor", 3, "replicas: 3 or 5")
 	create.Flags().StringVar(&spec.PreferredDC, "preferred-dc", "", "the DC its leader should be in")
 	create.Flags().Int64Var(&retMs, "retention-ms", configserver.DefaultRetentionMs, "delete records older than this (-1: keep)")
@@ -234,6 +240,30 @@ func addStreamAdminCmds(a *app, cmd *cobra.Command) {
 	alter.Flags().Int64Var(&retMs, "retention-ms", 0, "delete records older than this (-1: keep)")
 	alter.Flags().Int64Var(&retBytes, "retention-bytes", 0, "keep at most about this much (-1: no limit)")
 	cmd.AddCommand(create, del, describe, list, alter)
+}
+
+// waitLed waits, at most d, until the config servers hear of a leader of
+// the stream just created: its replicas host it then, so a Kafka client
+// producing right after the command finds it (as after CreateTopics),
+// instead of being told the topic is unknown until the servers learn of
+// it. A stream not led in time is still created: say so, not fail.
+func (a *app) waitLed(ctx context.Context, c *configserver.Client, st configserver.StreamStatus, d time.Duration) configserver.StreamStatus {
+	if d <= 0 {
+		return st
+	}
+	ctx, cancel := context.WithTimeout(ctx, d)
+	defer cancel()
+	for {
+		if got, err := c.Stream(ctx, st.Name); err == nil && got.Leader != 0 {
+			return got
+		}
+		select {
+		case <-ctx.Done():
+			fmt.Fprintf(a.stderr, "stream %q created; no leader reported within %v (its servers may still be starting it)\n", st.Name, d)
+			return st
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
 }
 
 func streamTable(w io.Writer, sts []configserver.StreamStatus) {
