@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	rtmetrics "runtime/metrics"
 	"runtime/pprof"
 	"slices"
 	"strconv"
@@ -166,10 +167,42 @@ func profileTo(b *testing.B, env string) (stop func()) {
 	f, err := os.Create(path)
 	require.NoError(b, err)
 	require.NoError(b, pprof.StartCPUProfile(f))
+	writeHeap(b, path+".heap0")
 	return func() {
 		pprof.StopCPUProfile()
 		require.NoError(b, f.Close())
+		writeHeap(b, path+".heap1") // go tool pprof -sample_index=alloc_space -base X.heap0 X.heap1: the window's allocations
 	}
+}
+
+func writeHeap(b *testing.B, path string) {
+	f, err := os.Create(path)
+	require.NoError(b, err)
+	require.NoError(b, pprof.Lookup("heap").WriteTo(f, 0))
+	require.NoError(b, f.Close())
+}
+
+// gcFigures reads the runtime's collection counters; since(earlier) says
+// what a window cost the collector: cycles, bytes allocated and the CPU
+// the collector used (the hot load beside idle streams pays its marking).
+type gcFigures struct{ cycles, allocated, gcCPU, allCPU float64 }
+
+func readGC() gcFigures {
+	ss := []rtmetrics.Sample{{Name: "/gc/cycles/total:gc-cycles"}, {Name: "/gc/heap/allocs:bytes"},
+		{Name: "/cpu/classes/gc/total:cpu-seconds"}, {Name: "/cpu/classes/total:cpu-seconds"}}
+	rtmetrics.Read(ss)
+	f := func(i int) float64 {
+		if ss[i].Value.Kind() == rtmetrics.KindFloat64 {
+			return ss[i].Value.Float64()
+		}
+		return float64(ss[i].Value.Uint64())
+	}
+	return gcFigures{cycles: f(0), allocated: f(1), gcCPU: f(2), allCPU: f(3)}
+}
+
+func (g gcFigures) since(earlier gcFigures) string {
+	return fmt.Sprintf("GC: %.0f cycles, %.0f MB allocated, %.1f%% of the CPU spent collecting",
+		g.cycles-earlier.cycles, (g.allocated-earlier.allocated)/1e6, (g.gcCPU-earlier.gcCPU)/(g.allCPU-earlier.allCPU)*100)
 }
 
 // heapInUse is the heap in use after a collection.

@@ -230,6 +230,7 @@ func hotLoad(b *testing.B, ctx context.Context, c *testCluster, hot []string, la
 	var acked, failed atomic.Int64
 	var firstErr atomic.Value
 	starts := hotEnds(b, ctx, c, hot)
+	gc0 := readGC()
 	stop := time.Now().Add(d)
 	start := time.Now()
 	for i := 0; time.Now().Before(stop); i++ {
@@ -245,6 +246,7 @@ func hotLoad(b *testing.B, ctx context.Context, c *testCluster, hot []string, la
 	}
 	require.NoError(b, cl.Flush(ctx))
 	produced := time.Since(start)
+	gcProduce := readGC().since(gc0)
 	require.Zero(b, failed.Load(), "failed produces (first: %v)", firstErr.Load())
 
 	// What this load wrote, from where it started in each stream.
@@ -268,7 +270,8 @@ func hotLoad(b *testing.B, ctx context.Context, c *testCluster, hot []string, la
 	}
 	consumed := time.Since(start)
 	out := throughput{produce: float64(acked.Load()*size) / produced.Seconds(), consume: float64(read*size) / consumed.Seconds()}
-	b.Logf("hot streams %s: produced %d records (%.1f MB/s), consumed %d (%.1f MB/s); %s", label, acked.Load(), out.produce/1e6, read, out.consume/1e6, c.hotLeaders(hot))
+	b.Logf("hot streams %s: produced %d records (%.1f MB/s; %s), consumed %d (%.1f MB/s); %s",
+		label, acked.Load(), out.produce/1e6, gcProduce, read, out.consume/1e6, c.hotLeaders(hot))
 	return out
 }
 
