@@ -97,5 +97,8 @@ scrape_configs:
 		leaders, ok := query(`sum(vdl_raft_is_leader{stream="s1"})`)
 		assert.True(ct, ok)
 		assert.Equal(ct, 1.0, leaders, "one leader of s1 among the three servers")
+		gogc, ok := query(`max(go_gc_gogc_percent{job="vdl"}) + min(go_gc_gogc_percent{job="vdl"})`)
+		assert.True(ct, ok)
+		assert.Equal(ct, 800.0, gogc, "every server process collects at GOGC 400 (server.TuneGC)")
 	}, 15*time.Second, 500*time.Millisecond)
 }

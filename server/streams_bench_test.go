@@ -68,6 +68,7 @@ func benchStreams(b *testing.B, n int) {
 	if addr := os.Getenv("VDL_BENCH_PPROF"); addr != "" { // look inside a long run: go tool pprof http://addr/debug/pprof/profile
 		go func() { _ = http.ListenAndServe(addr, nil) }()
 	}
+	defer TuneGC(3)() // the collector of three `vdl server` processes
 	c, cc := benchCluster(b)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
 	defer cancel()

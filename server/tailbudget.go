@@ -11,8 +11,9 @@ import (
 // server's streams share for their newest records (storage.TailBudget).
 // Default: a sixteenth of the memory the server may use, between 64 MiB
 // and 512 MiB. A sixteenth because the cache is Go heap, which the
-// garbage collector lets grow to about twice what is live (GOGC=100), and
-// the page cache, the read buffers and the Raft pipeline need the rest.
+// garbage collector lets grow to several times what is live between
+// cycles, up to a quarter of the memory (gc.go), and the page cache, the
+// read buffers and the Raft pipeline need the rest.
 const (
 	minTailBudget = 64 << 20
 	maxTailBudget = 512 << 20

@@ -62,6 +62,7 @@ func serverCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
+			server.TuneGC(1)
 			return server.Run(ctx, cfg, logger.With("node", cfg.NodeID))
 		},
 	}
