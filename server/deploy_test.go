@@ -10,6 +10,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
 )
 
@@ -18,7 +19,6 @@ import (
 func metricNames(t *testing.T) map[string]bool {
 	t.Helper()
 	m := newMetrics()
-	m.streamTraffic("s")
 	fams, err := m.reg.Gather()
 	require.NoError(t, err)
 	names := map[string]bool{"up": true, "vdl_server_fail_stopped": true}
@@ -30,6 +30,12 @@ func metricNames(t *testing.T) map[string]bool {
 	}
 	for _, g := range groupSeries {
 		names[g] = true
+	}
+	desc := make(chan *prometheus.Desc, 16)
+	newStreamCollector(nil).Describe(desc)
+	close(desc)
+	for d := range desc {
+		names[descName(d)] = true
 	}
 	return names
 }

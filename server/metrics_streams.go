@@ -19,6 +19,7 @@ type streamCollector struct {
 	s                                         *Server
 	written, hits, misses, diskRead, segments *prometheus.Desc
 	pending, followerLag, outsidePreferred    *prometheus.Desc
+	bytesIn, recordsIn, bytesOut, recordsOut  *prometheus.Desc
 }
 
 func newStreamCollector(s *Server) *streamCollector {
@@ -36,11 +37,16 @@ func newStreamCollector(s *Server) *streamCollector {
 			"On the stream's leader: Raft entries a replica is behind the commit index.", "peer"),
 		outsidePreferred: d("vdl_stream_leader_outside_preferred_dc",
 			"On the stream's leader: 1 if it is outside the stream's preferred DC (the balancer moves it back)."),
+		bytesIn:    d("vdl_stream_produced_bytes_total", "Bytes of record batches produced and committed, by stream (on its leader)."),
+		recordsIn:  d("vdl_stream_produced_records_total", "Records produced and committed, by stream (on its leader)."),
+		bytesOut:   d("vdl_stream_fetched_bytes_total", "Bytes of record batches read for Fetch responses, by stream."),
+		recordsOut: d("vdl_stream_fetched_records_total", "Records (offsets) read for Fetch responses, by stream."),
 	}
 }
 
 func (c *streamCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.written, c.hits, c.misses, c.diskRead, c.segments, c.pending, c.followerLag, c.outsidePreferred} {
+	for _, d := range []*prometheus.Desc{c.written, c.hits, c.misses, c.diskRead, c.segments, c.pending, c.followerLag, c.outsidePreferred,
+		c.bytesIn, c.recordsIn, c.bytesOut, c.recordsOut} {
 		ch <- d
 	}
 }
@@ -65,6 +71,12 @@ func (c *streamCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(c.misses, prometheus.CounterValue, float64(stats.CacheMisses), name)
 		ch <- prometheus.MustNewConstMetric(c.diskRead, prometheus.CounterValue, float64(stats.DiskReadBytes), name)
 		ch <- prometheus.MustNewConstMetric(c.segments, prometheus.GaugeValue, float64(stats.Segments), name)
+		if t := st.traffic; t != nil {
+			ch <- prometheus.MustNewConstMetric(c.bytesIn, prometheus.CounterValue, float64(t.bytesIn.Load()), name)
+			ch <- prometheus.MustNewConstMetric(c.recordsIn, prometheus.CounterValue, float64(t.recordsIn.Load()), name)
+			ch <- prometheus.MustNewConstMetric(c.bytesOut, prometheus.CounterValue, float64(t.bytesOut.Load()), name)
+			ch <- prometheus.MustNewConstMetric(c.recordsOut, prometheus.CounterValue, float64(t.recordsOut.Load()), name)
+		}
 		gs, ok := groups[st.cfg.ID]
 		if !ok {
 			continue

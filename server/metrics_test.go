@@ -186,7 +186,6 @@ func TestMetricsDocumented(t *testing.T) {
 	doc, err := os.ReadFile("../docs/operations.md")
 	require.NoError(t, err)
 	m := newMetrics()
-	m.streamTraffic("s")
 	fams, err := m.reg.Gather()
 	require.NoError(t, err)
 	names := []string{"vdl_server_fail_stopped"}

@@ -108,7 +108,7 @@ func (s *Server) openStream(sc StreamConfig, mode startMode) (*stream, bool, err
 		return nil, false, fmt.Errorf("stream %s: %w", sc.Name, err)
 	}
 	s.checkPromised(sc.ID, l)
-	st := &stream{cfg: sc, log: l, traffic: s.metrics.streamTraffic(sc.Name)}
+	st := &stream{cfg: sc, log: l, traffic: new(streamTraffic)}
 	s.mu.Lock()
 	s.opened = append(s.opened, st)
 	if !known {
