@@ -1,6 +1,7 @@
 package configserver
 
 import (
+	"encoding/json"
 	"fmt"
 	"testing"
 
@@ -64,4 +65,43 @@ func TestCatalogCacheEqualsTheDatabaseAfterEveryCommand(t *testing.T) {
 	require.NoError(t, s.Apply(s.Applied(), []byte("{garbage")))
 	check("a malformed command")
 	require.Equal(t, heldCopy, held, "a slice handed out is never changed")
+}
+
+// A reader that saw a command applied (Applied, as a read barrier waits
+// for it) then reads the catalog sees that command's change: the cache
+// is patched before the commit shows. Before, it was patched after the
+// transaction committed, and a reader in between read the catalog from
+// before (server/TestControlledMoveBackAndForth saw a move done and the
+// stream still with the old replica).
+func TestCatalogNeverBehindApplied(t *testing.T) {
+	s := openTestState(t)
+	register(t, s, 1, 2, 3)
+	require.NoError(t, applyAt(t, s, Command{Kind: CmdCreate, Spec: &StreamSpec{Name: "orders"}, Replicas: []uint64{1, 2, 3}}).Error())
+	first := s.Applied()
+	const alters = 1000
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for i := range alters {
+			ms := int64(1000 + i)
+			b, _ := json.Marshal(Command{Kind: CmdAlter, Name: "orders", Change: &StreamChange{RetentionMs: &ms}})
+			if err := s.Apply(first+int64(i), b); err != nil {
+				t.Error(err)
+				return
+			}
+		}
+	}()
+	defer func() { <-done }() // the state closes after the applier stops
+	for {
+		applied := s.Applied()
+		_, streams := s.catalog()
+		if n := applied - first; n > 0 {
+			require.GreaterOrEqual(t, streams[0].RetentionMs, int64(1000)+n-1, "the catalog behind a command applied (%d of %d)", n, alters)
+		}
+		select {
+		case <-done:
+			return
+		default:
+		}
+	}
 }

@@ -174,6 +174,11 @@ func (s *State) Version() (v int64) {
 // restart replays the log from Applied safely. A malformed command is an
 // outcome, never a failure: the log is the truth, every replica skips it.
 func (s *State) Apply(off int64, data []byte) error {
+	// The catalog's readers wait while a command commits, until the cache
+	// has its changes: one who saw the command applied (a read barrier
+	// waits for Applied) must not then read the catalog from before it.
+	s.cache.Lock()
+	defer s.cache.Unlock()
 	var t *touched
 	err := s.db.Update(func(tx *bolt.Tx) error {
 		t = track(tx)
@@ -206,7 +211,7 @@ func (s *State) Apply(off int64, data []byte) error {
 		putInt(meta, kApplied, off+1)
 		return nil
 	})
-	s.cache.update(t, err)
+	s.cache.updateLocked(t, err)
 	return err
 }
 

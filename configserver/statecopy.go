@@ -253,7 +253,7 @@ func (s *State) restore(path string, need int64) (int64, error) {
 		return 0, err
 	}
 	defer src.Close()
-	defer s.invalidate()
+	defer s.lockInvalidate()()
 	var applied int64
 	err = src.View(func(stx *bolt.Tx) error {
 		meta := stx.Bucket(bMeta)
