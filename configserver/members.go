@@ -247,11 +247,12 @@ func (s *Service) removeConfigServer(ctx context.Context, r *http.Request) (int,
 	if !ok || st.Leader != s.cfg.ID {
 		return 0, nil, ErrNotLeader
 	}
-	if err := checkRemoval(st, s.cfg.ID, id); err != nil {
+	refused := func(v uint64) bool { _, _, ok := s.peers.refusedDir(v); return ok }
+	if err := checkRemoval(st, s.cfg.ID, id, refused); err != nil {
 		return 0, nil, err
 	}
 	if id == s.cfg.ID {
-		to := handOver(st, id)
+		to := handOver(st, id, refused)
 		if to == 0 {
 			return 0, nil, fmt.Errorf("%w: config server %d leads and no other voter is healthy to take over", ErrMembership, id)
 		}
@@ -268,8 +269,12 @@ func (s *Service) removeConfigServer(ctx context.Context, r *http.Request) (int,
 	return http.StatusOK, map[string]any{"removed": id}, nil
 }
 
-// checkRemoval refuses a removal that leaves no healthy quorum.
-func checkRemoval(st rfStatus, self, id uint64) error {
+// checkRemoval refuses a removal that leaves no healthy quorum. A member
+// whose data dir is refused (it lost it) is not healthy, whatever raft
+// says: raft may still count it recently active from before, and what now
+// answers at its address cannot vote (CI: a removal that left the leader
+// with only such a member beside it was let through).
+func checkRemoval(st rfStatus, self, id uint64, refused func(uint64) bool) error {
 	isVoter, isLearner := slices.Contains(st.Voters, id), slices.Contains(st.Learners, id)
 	switch {
 	case !isVoter && !isLearner:
@@ -283,7 +288,7 @@ func checkRemoval(st rfStatus, self, id uint64) error {
 	for _, v := range st.Voters {
 		if v != id {
 			rest = append(rest, v)
-			if v == self || healthy(st, v) {
+			if v == self || healthy(st, v) && !refused(v) {
 				up = append(up, v)
 			}
 		}
@@ -302,10 +307,10 @@ func checkRemoval(st rfStatus, self, id uint64) error {
 
 // handOver picks the healthy voter with the most entries to lead instead
 // of id.
-func handOver(st rfStatus, id uint64) uint64 {
+func handOver(st rfStatus, id uint64, refused func(uint64) bool) uint64 {
 	var to, best uint64
 	for _, v := range st.Voters {
-		if pr := st.Progress[v]; v != id && healthy(st, v) && pr.Match >= best {
+		if pr := st.Progress[v]; v != id && healthy(st, v) && !refused(v) && pr.Match >= best {
 			to, best = v, pr.Match
 		}
 	}

@@ -9,6 +9,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/vdl-project/vdl/raftnode"
 )
 
 func memberOf(t *testing.T, cs ConfigServers, id uint64) ConfigServerStatus {
@@ -135,4 +137,25 @@ func requireSameCatalog(t *testing.T, tc *testCluster) {
 		return true
 	}, 10*time.Second, 50*time.Millisecond)
 	require.True(t, ok, "every config server has the same catalog; last difference:\n%s", diff)
+}
+
+// A member whose data dir is refused counts as down when a removal is
+// checked, though raft still calls it recently active (from before it
+// lost its data dir): removing another voter would leave the leader with
+// only that one, which cannot vote. CI saw that removal let through when
+// the refused member had been restarted within an election timeout.
+func TestRemovalCountsARefusedMemberDown(t *testing.T) {
+	active := raftnode.Progress{RecentActive: true, Match: 10}
+	st := rfStatus{Leader: 1, Commit: 10, Voters: []uint64{1, 2, 3},
+		Progress: map[uint64]raftnode.Progress{1: active, 2: active, 3: {RecentActive: true, Match: 4}}}
+	none := func(uint64) bool { return false }
+	three := func(v uint64) bool { return v == 3 }
+
+	require.NoError(t, checkRemoval(st, 1, 2, none), "all three heard from")
+	err := checkRemoval(st, 1, 2, three)
+	require.ErrorIs(t, err, ErrMembership)
+	require.Contains(t, err.Error(), "lose their quorum")
+	require.NoError(t, checkRemoval(st, 1, 3, three), "the refused one itself may go")
+	require.Equal(t, uint64(2), handOver(st, 1, three))
+	require.Zero(t, handOver(st, 1, func(v uint64) bool { return v != 1 }), "no healthy voter but the leader")
 }
