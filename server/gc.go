@@ -10,7 +10,7 @@ import (
 // A collection marks every pointer in the heap, and a server's heap is
 // mostly two things: the tail cache (large byte buffers, which the
 // collector does not scan) and the state of each stream it hosts (small,
-// pointer-rich objects: a raft group, a log, metrics), about 16 KiB per
+// pointer-rich objects: a raft group, a log, their bookkeeping), 16-21 KiB per
 // idle stream. The data path allocates several bytes per byte produced
 // (request frames, Raft entries, the followers' decoded messages), so
 // collections follow one another as fast as produce allocates. With
