@@ -72,10 +72,11 @@ func touch(b *bolt.Bucket, k, v []byte) {
 	}
 }
 
-// updateLocked takes an Apply's writes into the cache; after a failed
-// Apply it decodes everything again at the next read. The caller holds
-// the lock from before the Apply's transaction commits.
-func (c *catalogCache) updateLocked(t *touched, err error) {
+// update takes an Apply's writes into the cache; after a failed Apply it
+// decodes everything again at the next read.
+func (c *catalogCache) update(t *touched, err error) {
+	c.Lock()
+	defer c.Unlock()
 	if err != nil || t == nil || !c.valid {
 		c.valid = false
 		return
@@ -138,14 +139,10 @@ func (s *State) catalog() ([]Server, []Stream) {
 	return s.cache.servers.vals, s.cache.streams.vals
 }
 
-// lockInvalidate holds the catalog's readers while writes that bypass
-// putJSON and deleteKey commit (a whole state copied in); the returned
-// func drops the decoded catalog and lets them go: the next read decodes
-// it all.
-func (s *State) lockInvalidate() (unlock func()) {
+// invalidate drops the decoded catalog: the next read decodes it all. For
+// writes that bypass putJSON and deleteKey (a whole state copied in).
+func (s *State) invalidate() {
 	s.cache.Lock()
-	return func() {
-		s.cache.valid = false
-		s.cache.Unlock()
-	}
+	s.cache.valid = false
+	s.cache.Unlock()
 }

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"sync/atomic"
 
 	bolt "go.etcd.io/bbolt"
 )
@@ -116,6 +117,13 @@ const keepOutcomes = 4096
 type State struct {
 	db    *bolt.DB
 	cache catalogCache // the servers and streams decoded (catalog.go)
+	// applied is the next offset to apply as readers see it: it moves
+	// only once the cache has the command's changes, so one who saw a
+	// command applied (a read barrier waits for it) never then reads the
+	// catalog from before it. The database's own moves at the commit,
+	// before the cache is patched (3 December: a move read as done with
+	// its stream still listing the old replica).
+	applied atomic.Int64
 }
 
 // OpenState opens (creating) the state database.
@@ -136,14 +144,18 @@ func OpenState(path string) (*State, error) {
 		db.Close()
 		return nil, err
 	}
-	return &State{db: db}, nil
+	s := &State{db: db}
+	s.applied.Store(s.appliedInDB())
+	return s, nil
 }
 
 // Close closes the database.
 func (s *State) Close() error { return s.db.Close() }
 
 // Applied is the log offset of the next command to apply.
-func (s *State) Applied() (next int64) {
+func (s *State) Applied() int64 { return s.applied.Load() }
+
+func (s *State) appliedInDB() (next int64) {
 	_ = s.db.View(func(tx *bolt.Tx) error {
 		next = getInt(tx.Bucket(bMeta), kApplied)
 		return nil
@@ -174,17 +186,13 @@ func (s *State) Version() (v int64) {
 // restart replays the log from Applied safely. A malformed command is an
 // outcome, never a failure: the log is the truth, every replica skips it.
 func (s *State) Apply(off int64, data []byte) error {
-	// The catalog's readers wait while a command commits, until the cache
-	// has its changes: one who saw the command applied (a read barrier
-	// waits for Applied) must not then read the catalog from before it.
-	s.cache.Lock()
-	defer s.cache.Unlock()
 	var t *touched
+	var next int64
 	err := s.db.Update(func(tx *bolt.Tx) error {
 		t = track(tx)
 		defer untrack(tx)
 		meta := tx.Bucket(bMeta)
-		if off < getInt(meta, kApplied) {
+		if next = getInt(meta, kApplied); off < next {
 			return nil
 		}
 		var cmd Command
@@ -208,10 +216,14 @@ func (s *State) Apply(off int64, data []byte) error {
 				return err
 			}
 		}
-		putInt(meta, kApplied, off+1)
+		next = off + 1
+		putInt(meta, kApplied, next)
 		return nil
 	})
-	s.cache.updateLocked(t, err)
+	s.cache.update(t, err)
+	if err == nil {
+		s.applied.Store(next) // after the cache: see State.applied
+	}
 	return err
 }
 

@@ -253,7 +253,10 @@ func (s *State) restore(path string, need int64) (int64, error) {
 		return 0, err
 	}
 	defer src.Close()
-	defer s.lockInvalidate()()
+	defer func() { // the cache dropped before readers see the new offset
+		s.invalidate()
+		s.applied.Store(s.appliedInDB())
+	}()
 	var applied int64
 	err = src.View(func(stx *bolt.Tx) error {
 		meta := stx.Bucket(bMeta)

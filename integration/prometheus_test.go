@@ -99,6 +99,6 @@ scrape_configs:
 		assert.Equal(ct, 1.0, leaders, "one leader of s1 among the three servers")
 		gogc, ok := query(`max(go_gc_gogc_percent{job="vdl"}) + min(go_gc_gogc_percent{job="vdl"})`)
 		assert.True(ct, ok)
-		assert.Equal(ct, 800.0, gogc, "every server process collects at GOGC 400 (server.TuneGC)")
+		assert.Equal(ct, 400.0, gogc, "every server process collects at GOGC 200 (server.TuneGC)")
 	}, 15*time.Second, 500*time.Millisecond)
 }

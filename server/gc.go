@@ -20,12 +20,19 @@ import (
 // the same load without the idle streams).
 //
 // A server runs on a machine sized for it, so it lets the heap grow by
-// gcPercent of what is live between cycles (a quarter as many cycles), and
+// gcPercent of what is live between cycles (half as many cycles), and
 // caps the heap at a quarter of the memory (a soft limit: the collector
 // runs more often as the heap nears it, so a small machine pays in CPU,
 // not in memory). The operator's GOGC or GOMEMLIMIT wins over both.
+//
+// Not more: at GOGC 400 (a fifth as many cycles; beside 10,000 idle
+// streams, hot produce at 84-88% of alone instead of 68%), one stream's
+// produce on three server processes (BenchmarkProduceDefaults) fell from
+// 148-181 MB/s to 103-117 MB/s, using more CPU: the servers copied into
+// memory that was fresh to the VM far more often (runtime.memmove slower
+// per byte). At 200 it is 173-187 MB/s, as at 100 or better.
 const (
-	gcPercent       = 400
+	gcPercent       = 200
 	gcMemoryDivisor = 4
 )
 
