@@ -7,7 +7,6 @@ import (
 
 	"go.etcd.io/raft/v3"
 	"go.etcd.io/raft/v3/raftpb"
-	"google.golang.org/protobuf/proto"
 
 	"github.com/vdl-project/vdl/storage"
 )
@@ -94,14 +93,7 @@ func checkEntries(m *raftpb.Message) error {
 		if err := storage.CheckEntry(e); err != nil {
 			return err
 		}
-		var err error
-		switch e.GetType() {
-		case raftpb.EntryConfChange:
-			err = proto.Unmarshal(e.GetData(), &raftpb.ConfChange{})
-		case raftpb.EntryConfChangeV2:
-			err = proto.Unmarshal(e.GetData(), &raftpb.ConfChangeV2{})
-		}
-		if err != nil {
+		if _, err := confChangeOf(e); err != nil {
 			return fmt.Errorf("entry %d: malformed membership change: %w", e.GetIndex(), err)
 		}
 	}

@@ -6,7 +6,6 @@ import (
 
 	"go.etcd.io/raft/v3"
 	"go.etcd.io/raft/v3/raftpb"
-	"google.golang.org/protobuf/proto"
 
 	"github.com/vdl-project/vdl/internal/canary"
 	"github.com/vdl-project/vdl/storage"
@@ -85,15 +84,10 @@ func (c *Core) apply(g *group, ents []*raftpb.Entry) {
 		var err error
 		c.applyProducers(g, e, c.entryBase(g, e))
 		switch e.GetType() {
-		case raftpb.EntryConfChange:
-			var cc raftpb.ConfChange
-			if err = proto.Unmarshal(e.GetData(), &cc); err == nil {
-				c.applyConfChange(g, idx, &cc)
-			}
-		case raftpb.EntryConfChangeV2:
-			var cc raftpb.ConfChangeV2
-			if err = proto.Unmarshal(e.GetData(), &cc); err == nil {
-				c.applyConfChange(g, idx, &cc)
+		case raftpb.EntryConfChange, raftpb.EntryConfChangeV2:
+			var cc raftpb.ConfChangeI
+			if cc, err = confChangeOf(e); err == nil {
+				c.applyConfChange(g, idx, cc)
 			}
 		default:
 			data := e.GetData()

@@ -124,28 +124,26 @@ func (j *InstallJob) source(fetch EntryFetcher) storage.EntrySource {
 func confContexts(ents []*raftpb.Entry) [][]byte {
 	var out [][]byte
 	for _, e := range ents {
-		var cc raftpb.ConfChangeI
-		switch e.GetType() {
-		case raftpb.EntryConfChange:
-			var v1 raftpb.ConfChange
-			if proto.Unmarshal(e.GetData(), &v1) != nil {
-				continue
+		if cc, err := confChangeOf(e); err == nil && cc != nil {
+			if ctx := cc.AsV2().GetContext(); len(ctx) > 0 {
+				out = append(out, ctx)
 			}
-			cc = &v1
-		case raftpb.EntryConfChangeV2:
-			var v2 raftpb.ConfChangeV2
-			if proto.Unmarshal(e.GetData(), &v2) != nil {
-				continue
-			}
-			cc = &v2
-		default:
-			continue
-		}
-		if ctx := cc.AsV2().GetContext(); len(ctx) > 0 {
-			out = append(out, ctx)
 		}
 	}
 	return out
+}
+
+// confChangeOf decodes a membership change entry; nil, nil for any other.
+func confChangeOf(e *raftpb.Entry) (raftpb.ConfChangeI, error) {
+	switch e.GetType() {
+	case raftpb.EntryConfChange:
+		var cc raftpb.ConfChange
+		return &cc, proto.Unmarshal(e.GetData(), &cc)
+	case raftpb.EntryConfChangeV2:
+		var cc raftpb.ConfChangeV2
+		return &cc, proto.Unmarshal(e.GetData(), &cc)
+	}
+	return nil, nil
 }
 
 // startInstall starts the first attempt to install the snapshot a carries.
