@@ -29,9 +29,16 @@ func ReadFrame(r io.Reader, maxBytes int) ([]byte, error) {
 	return readFrame(r, func() int { return maxBytes }, nil, nil)
 }
 
-// frameChunk is a frame buffer's first size; it then doubles as the bytes
-// arrive (so a frame costs at most twice what was sent, and a few copies).
-const frameChunk = 4 << 10
+// frameChunk is a frame buffer's first size; it then grows frameGrowth
+// times as the bytes arrive, so a frame holds at most frameGrowth times
+// what was sent (the whole frame's length is reserved from the server's
+// budget before: this bounds the memory by the bytes, not the budget).
+// Growing by 8 rather than by doubling: a 1 MiB produce costs 1.3 MiB of
+// allocation and 0.3 MiB of copies, not 2 MiB and 1 MiB.
+const (
+	frameChunk  = 4 << 10
+	frameGrowth = 8
+)
 
 // readFrame is ReadFrame with the limit asked for once the length has
 // arrived (it is smaller until a SASL client authenticated: a request it
@@ -65,8 +72,7 @@ func readFrame(r io.Reader, limit func() int, started func(), reserve func(n int
 	var frame []byte
 	for len(frame) < int(n) {
 		if len(frame) == cap(frame) {
-			grow := min(max(cap(frame), frameChunk), int(n)-cap(frame))
-			grown := make([]byte, len(frame), cap(frame)+grow)
+			grown := make([]byte, len(frame), min(max(frameGrowth*cap(frame), frameChunk), int(n)))
 			copy(grown, frame)
 			frame = grown
 		}
