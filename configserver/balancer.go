@@ -18,11 +18,13 @@ import (
 // The balancer, on the leader, once a second: a stream whose leader has
 // been outside its preferred DC for BalanceAfterMs gets a leader transfer
 // to a caught-up replica there that is up; among the replicas of the
-// leader's DC (every replica without a preferred DC), leadership moves
-// from a server leading two more streams than another, an idle stream's
-// first (one whose commit has not moved for BusyFor): moving a busy
-// stream's leader stalls its producers, and the catalog's first streams by
-// name were moved again and again while thousands were created. It acts only on a
+// leader's DC (every replica without a preferred DC), a busy stream's
+// leadership (one whose high watermark moved within BusyFor) moves from a server
+// leading two more busy streams than another, then leadership moves from
+// a server leading two more streams than another, an idle stream's first:
+// moving a busy stream's leader stalls its producers, and the catalog's
+// first streams by name were moved again and again while thousands were
+// created. It acts only on a
 // fresh view (a new leader first waits until it heard every server), at
 // most MaxTransfersPerSec transfers a second, one per stream per
 // BalanceAfterMs; what it did and what it could not do, and why, is
@@ -51,7 +53,7 @@ type BalancerItem struct {
 type balancer struct {
 	mu        sync.Mutex
 	outside   map[string]time.Time // stream -> since when its leader is outside its preferred DC
-	writes    map[uint64]WriteSeen // group -> when its commit last moved
+	writes    map[uint64]WriteSeen // group -> when it was last written
 	last      map[string]time.Time // stream -> its last transfer
 	pending   []BalancerItem
 	refused   []BalancerItem
@@ -164,22 +166,27 @@ type BalanceView struct {
 
 // BalanceMemory is what the balancer remembers between rounds (soft, the
 // leader's only): since when each stream's leader is outside its preferred
-// DC, each stream's last transfer, and when each group's commit last moved
-// (PlanTransfers keeps it; nil: made on first use).
+// DC, each stream's last transfer, when each group was last written (both
+// kept by PlanTransfers; nil: made on first use), and when busy streams'
+// leaders were last spread (PlanTransfers keeps it).
 type BalanceMemory struct {
-	Outside map[string]time.Time
-	Last    map[string]time.Time
-	Writes  map[uint64]WriteSeen
+	Outside    map[string]time.Time
+	Last       map[string]time.Time
+	Writes     map[uint64]WriteSeen
+	BusySpread time.Time
 }
 
-// WriteSeen is a group's commit as the balancer last saw it change, and
-// when (zero: not seen changing since this leader leads).
+// WriteSeen is a stream's high watermark as the balancer last saw it, and
+// when it last moved (zero: never seen moving). Not the commit, which
+// moves with every election: then every stream created or transferred
+// looked busy for BusyFor, and the balancer moved the streams really
+// written, idle a while, before them.
 type WriteSeen struct {
-	Commit uint64
-	At     time.Time
+	HighWatermark int64
+	At            time.Time
 }
 
-// BusyFor is how long after its commit last moved a stream counts as busy
+// BusyFor is how long after it was last written a stream counts as busy
 // for the balancer: its leader is moved to even the counts only if no idle
 // stream can be.
 const BusyFor = 30 * time.Second
@@ -194,31 +201,19 @@ type Transfer struct {
 // PlanTransfers decides a round's leader transfers (the preferred DC
 // first, then even leader counts within a DC), and lists what waits and
 // what cannot be done, and why. It is a pure function of v, mem and now
-// (it updates mem's Outside; the caller records Last when it transfers),
+// (it updates mem's Outside, Writes and BusySpread; the caller records
+// Last when it transfers),
 // deterministic for the same input: the config servers and the simulator
 // run it alike.
 func PlanTransfers(v BalanceView, mem *BalanceMemory, now time.Time, after time.Duration) (plan []Transfer, pending, refused []BalancerItem) {
-	servers, leaders, reports, up := v.Servers, v.Leaders, v.Reports, v.Up
-	count := map[uint64]int{}
-	for _, l := range leaders {
-		count[l]++
-	}
-	busy := noteWrites(v, mem, now)
-	var evens []Stream // streams whose leader may move to even the counts: idle ones first
+	servers := v.Servers
+	e := newEvener(v, mem, noteWrites(v, mem, now))
+	var evens []Stream // streams whose leader may move to even the counts
 	for _, st := range v.Streams {
-		l, ok := leaders[st.Group]
+		l, ok := v.Leaders[st.Group]
 		if st.State != StreamActive || !ok {
 			delete(mem.Outside, st.Name)
 			continue
-		}
-		rep := reports[st.Group]
-		caughtUp := func(id uint64) bool {
-			for _, f := range rep.Followers {
-				if f.ID == id {
-					return f.Active && f.Match >= rep.Commit && up[id]
-				}
-			}
-			return false
 		}
 		item := BalancerItem{Stream: st.Name, Leader: l}
 		if st.PreferredDC != "" && servers[l].DC != st.PreferredDC {
@@ -233,15 +228,14 @@ func PlanTransfers(v BalanceView, mem *BalanceMemory, now time.Time, after time.
 				pending = append(pending, item)
 				continue
 			}
-			to := pickLeader(st.Replicas, func(id uint64) bool { return servers[id].DC == st.PreferredDC && caughtUp(id) }, count)
+			to := pickLeader(st.Replicas, func(id uint64) bool { return servers[id].DC == st.PreferredDC && e.caughtUp(st.Group, id) }, e.count)
 			if to == 0 {
 				item.Reason = fmt.Sprintf("no replica in preferred dc %q is up and caught up", st.PreferredDC)
 				refused = append(refused, item)
 				continue
 			}
 			plan = append(plan, Transfer{Stream: st, From: l, To: to, Reason: fmt.Sprintf("back to preferred dc %q", st.PreferredDC)})
-			count[l]--
-			count[to]++
+			e.move(st.Group, l, to)
 			continue
 		}
 		delete(mem.Outside, st.Name)
@@ -250,30 +244,135 @@ func PlanTransfers(v BalanceView, mem *BalanceMemory, now time.Time, after time.
 		}
 		evens = append(evens, st)
 	}
-	// Even leader counts within the leader's DC, idle streams first.
-	slices.SortStableFunc(evens, func(a, b Stream) int { return cmpBool(busy[a.Group], busy[b.Group]) })
-	for _, st := range evens {
-		l, rep := leaders[st.Group], reports[st.Group]
-		caughtUp := func(id uint64) bool {
-			for _, f := range rep.Followers {
-				if f.ID == id {
-					return f.Active && f.Match >= rep.Commit && up[id]
-				}
-			}
-			return false
-		}
-		to := pickLeader(st.Replicas, func(id uint64) bool { return id != l && servers[id].DC == servers[l].DC && caughtUp(id) }, count)
-		if to != 0 && count[l]-count[to] >= 2 {
-			plan = append(plan, Transfer{Stream: st, From: l, To: to,
-				Reason: fmt.Sprintf("even leaders in dc %q: server %d leads %d, server %d %d", servers[l].DC, l, count[l], to, count[to])})
-			count[l]--
-			count[to]++
+	// Busy streams' leaders are spread in one round, then not again for
+	// after: the leaders in the view are the servers' reports, which show
+	// a transfer a report later, and acting on the view before that moved
+	// more leaders than needed, back and forth.
+	if now.Sub(mem.BusySpread) >= after {
+		if spread := e.evenBusy(evens); len(spread) > 0 {
+			plan = append(plan, spread...)
+			mem.BusySpread = now
 		}
 	}
+	plan = append(plan, e.evenAll(evens)...)
 	return plan, pending, refused
 }
 
-// noteWrites records in mem when each active stream's commit last moved,
+// evener evens leader counts within each DC among the streams whose
+// leader may move this round: first the busy streams' (a server leading
+// most of the written streams does most of the work: creating thousands of
+// idle streams left ten written ones' leaders at 1/5/4 and 0/10/0 across
+// three servers, although the counts were even), then all of them, idle
+// streams first. count and busyCount follow the transfers planned.
+type evener struct {
+	servers   map[uint64]Server
+	leaders   map[uint64]uint64
+	reports   map[uint64]GroupReport
+	up        map[uint64]bool
+	busy      map[uint64]bool
+	writes    map[uint64]WriteSeen // when each group was last written
+	count     map[uint64]int       // leaders per server
+	busyCount map[uint64]int       // busy streams' leaders per server
+	moved     map[uint64]bool      // groups with a transfer planned this round
+}
+
+func newEvener(v BalanceView, mem *BalanceMemory, busy map[uint64]bool) *evener {
+	e := &evener{servers: v.Servers, leaders: v.Leaders, reports: v.Reports, up: v.Up, busy: busy, writes: mem.Writes,
+		count: map[uint64]int{}, busyCount: map[uint64]int{}, moved: map[uint64]bool{}}
+	for g, l := range v.Leaders {
+		e.count[l]++
+		if busy[g] {
+			e.busyCount[l]++
+		}
+	}
+	return e
+}
+
+// evenBusy moves a busy stream's leader from a server leading two more
+// busy streams than a caught-up replica in its DC, to the replica leading
+// the fewest busy streams (then the fewest streams).
+func (e *evener) evenBusy(evens []Stream) (plan []Transfer) {
+	for _, st := range evens {
+		if !e.busy[st.Group] {
+			continue
+		}
+		l := e.leaders[st.Group]
+		var to uint64
+		for _, id := range st.Replicas {
+			if id == l || e.servers[id].DC != e.servers[l].DC || !e.caughtUp(st.Group, id) {
+				continue
+			}
+			if to == 0 || e.busyCount[id] < e.busyCount[to] || (e.busyCount[id] == e.busyCount[to] && e.count[id] < e.count[to]) {
+				to = id
+			}
+		}
+		if to != 0 && e.busyCount[l]-e.busyCount[to] >= 2 {
+			plan = append(plan, Transfer{Stream: st, From: l, To: to,
+				Reason: fmt.Sprintf("even busy streams' leaders in dc %q: server %d leads %d, server %d %d", e.servers[l].DC, l, e.busyCount[l], to, e.busyCount[to])})
+			e.move(st.Group, l, to)
+		}
+	}
+	return plan
+}
+
+// evenAll moves a leader from a server leading two more streams than a
+// caught-up replica in its DC, idle streams first: moving a busy stream's
+// leader stalls its producers. Among the idle ones the least recently
+// written go first (never written, then in the catalog's order): by the
+// catalog's order alone, streams written a minute ago and idle since were
+// moved again and again while thousands of idle ones were created (the 10
+// hot streams of BenchmarkStreams, first by name: 102 leader changes). A busy stream moves only to a server
+// leading fewer busy streams (not undoing evenBusy).
+func (e *evener) evenAll(evens []Stream) (plan []Transfer) {
+	slices.SortStableFunc(evens, func(a, b Stream) int {
+		if c := cmpBool(e.busy[a.Group], e.busy[b.Group]); c != 0 {
+			return c
+		}
+		return e.writes[a.Group].At.Compare(e.writes[b.Group].At)
+	})
+	for _, st := range evens {
+		l := e.leaders[st.Group]
+		if e.moved[st.Group] {
+			continue
+		}
+		to := pickLeader(st.Replicas, func(id uint64) bool {
+			return id != l && e.servers[id].DC == e.servers[l].DC && e.caughtUp(st.Group, id) &&
+				(!e.busy[st.Group] || e.busyCount[id] < e.busyCount[l])
+		}, e.count)
+		if to != 0 && e.count[l]-e.count[to] >= 2 {
+			plan = append(plan, Transfer{Stream: st, From: l, To: to,
+				Reason: fmt.Sprintf("even leaders in dc %q: server %d leads %d, server %d %d", e.servers[l].DC, l, e.count[l], to, e.count[to])})
+			e.move(st.Group, l, to)
+		}
+	}
+	return plan
+}
+
+// move counts a planned transfer of group's leader from one server to
+// another; the group is not moved again this round.
+func (e *evener) move(group, from, to uint64) {
+	e.count[from]--
+	e.count[to]++
+	if e.busy[group] {
+		e.busyCount[from]--
+		e.busyCount[to]++
+	}
+	e.moved[group] = true
+}
+
+// caughtUp says replica id is up and has everything its group's leader
+// reported committed.
+func (e *evener) caughtUp(group, id uint64) bool {
+	rep := e.reports[group]
+	for _, f := range rep.Followers {
+		if f.ID == id {
+			return f.Active && f.Match >= rep.Commit && e.up[id]
+		}
+	}
+	return false
+}
+
+// noteWrites records in mem when each active stream was last written,
 // from its leader's report, forgets the others, and returns the streams
 // busy at now (moved within BusyFor).
 func noteWrites(v BalanceView, mem *BalanceMemory, now time.Time) map[uint64]bool {
@@ -291,9 +390,9 @@ func noteWrites(v BalanceView, mem *BalanceMemory, now time.Time) map[uint64]boo
 		w, seen := mem.Writes[st.Group]
 		switch {
 		case !seen:
-			w = WriteSeen{Commit: rep.Commit}
-		case rep.Commit != w.Commit:
-			w = WriteSeen{Commit: rep.Commit, At: now}
+			w = WriteSeen{HighWatermark: rep.HighWatermark}
+		case rep.HighWatermark != w.HighWatermark:
+			w = WriteSeen{HighWatermark: rep.HighWatermark, At: now}
 		}
 		mem.Writes[st.Group] = w
 		if !w.At.IsZero() && now.Sub(w.At) < BusyFor {

@@ -1,6 +1,7 @@
 package configserver
 
 import (
+	"fmt"
 	"maps"
 	"testing"
 	"time"
@@ -60,7 +61,7 @@ func TestEvenCountsMoveIdleStreamsFirst(t *testing.T) {
 			g := uint64(10 + i)
 			v.Streams = append(v.Streams, Stream{Name: name, Group: g, Replicas: []uint64{1, 2, 3}, State: StreamActive})
 			v.Leaders[g] = 1
-			v.Reports[g] = GroupReport{Group: g, Role: roleLeader, Leader: 1, Commit: commits[i],
+			v.Reports[g] = GroupReport{Group: g, Role: roleLeader, Leader: 1, Commit: commits[i], HighWatermark: int64(commits[i]),
 				Followers: []FollowerReport{{ID: 2, Match: commits[i], Active: true}, {ID: 3, Match: commits[i], Active: true}}}
 		}
 		return v
@@ -81,6 +82,11 @@ func TestEvenCountsMoveIdleStreamsFirst(t *testing.T) {
 	mem.Last = map[string]time.Time{}
 	plan, _, _ = PlanTransfers(view(9, 5, 5), &mem, t0.Add(after), after) // hot written since
 	require.Equal(t, []string{"idle1", "idle2"}, names(plan), "three leaders on server 1: two idle ones move")
+	// Quiet for BusyFor: idle again, but written more recently than the
+	// others, which still move first (by the catalog's order, a stream written a
+	// minute ago was moved in every round while thousands were created).
+	plan, _, _ = PlanTransfers(view(9, 5, 5), &mem, t0.Add(2*after+BusyFor), after)
+	require.Equal(t, []string{"idle1", "idle2"}, names(plan), "the least recently written move first")
 
 	// Every stream written: the catalog's order.
 	mem = BalanceMemory{Outside: map[string]time.Time{}, Last: maps.Clone(recent)}
@@ -92,4 +98,79 @@ func TestEvenCountsMoveIdleStreamsFirst(t *testing.T) {
 	// Quiet for BusyFor: idle again, the catalog's order.
 	plan, _, _ = PlanTransfers(view(9, 9, 9), &mem, t0.Add(after+BusyFor), after)
 	require.Equal(t, []string{"hot", "idle1"}, names(plan))
+}
+
+// Busy streams' leaders are spread too, not only the counts: three written
+// streams all led by server 1 beside even counts of idle ones (3/3/3; the
+// counts alone called for no transfer) end 1/1/1, the counts still even,
+// and the next round plans nothing (no transfer undoes another).
+func TestBusyStreamsLeadersSpread(t *testing.T) {
+	servers := map[uint64]Server{1: {ID: 1, DC: "a"}, 2: {ID: 2, DC: "a"}, 3: {ID: 3, DC: "a"}}
+	names := []string{"hot1", "hot2", "hot3", "idle1", "idle2", "idle3", "idle4", "idle5", "idle6"}
+	leaders := map[string]uint64{"hot1": 1, "hot2": 1, "hot3": 1, "idle1": 2, "idle2": 2, "idle3": 2, "idle4": 3, "idle5": 3, "idle6": 3}
+	view := func(hotCommit uint64) BalanceView {
+		v := BalanceView{Servers: servers, Leaders: map[uint64]uint64{}, Reports: map[uint64]GroupReport{},
+			Up: map[uint64]bool{1: true, 2: true, 3: true}}
+		for i, name := range names {
+			g, commit := uint64(10+i), uint64(5)
+			if name[:3] == "hot" {
+				commit = hotCommit
+			}
+			v.Streams = append(v.Streams, Stream{Name: name, Group: g, Replicas: []uint64{1, 2, 3}, State: StreamActive})
+			l := leaders[name]
+			v.Leaders[g] = l
+			var fs []FollowerReport
+			for _, id := range []uint64{1, 2, 3} {
+				if id != l {
+					fs = append(fs, FollowerReport{ID: id, Match: commit, Active: true})
+				}
+			}
+			v.Reports[g] = GroupReport{Group: g, Role: roleLeader, Leader: l, Commit: commit, HighWatermark: int64(commit), Followers: fs}
+		}
+		return v
+	}
+	moves := func(plan []Transfer) (out []string) {
+		for _, tr := range plan {
+			out = append(out, fmt.Sprintf("%s %d→%d", tr.Stream.Name, tr.From, tr.To))
+			leaders[tr.Stream.Name] = tr.To
+		}
+		return out
+	}
+	t0 := time.UnixMilli(1_000_000)
+	after := time.Second
+	mem := BalanceMemory{Outside: map[string]time.Time{}, Last: map[string]time.Time{}}
+	plan, _, _ := PlanTransfers(view(5), &mem, t0, after) // commits seen: nothing busy, counts even
+	require.Empty(t, plan)
+	plan, _, _ = PlanTransfers(view(9), &mem, t0.Add(after), after) // the hot ones written since
+	require.Equal(t, []string{"hot1 1→2", "hot2 1→3", "idle1 2→1", "idle4 3→1"}, moves(plan))
+
+	// The next round's view is the servers' reports, which may not show
+	// the transfers yet: busy leaders are not spread again for after.
+	stale := maps.Clone(leaders)
+	maps.Copy(leaders, map[string]uint64{"hot1": 1, "hot2": 1, "idle1": 2, "idle4": 3})
+	plan, _, _ = PlanTransfers(view(11), &mem, t0.Add(after+after/2), after)
+	require.Empty(t, moves(plan), "a view from before the transfers")
+	leaders = stale
+
+	plan, _, _ = PlanTransfers(view(13), &mem, t0.Add(3*after), after)
+	require.Empty(t, moves(plan), "busy 1/1/1 and counts 3/3/3: nothing to do")
+}
+
+// A stream is written when its high watermark moves, not its commit,
+// which moves with every election and transfer (the new leader's first
+// entry): counted as writes, every stream created or moved looked busy for
+// BusyFor.
+func TestElectionsAreNoWrites(t *testing.T) {
+	v := BalanceView{Streams: []Stream{{Name: "s", Group: 10, State: StreamActive}}, Reports: map[uint64]GroupReport{}}
+	var mem BalanceMemory
+	t0 := time.UnixMilli(1_000_000)
+	for i, step := range []struct {
+		term, commit uint64
+		hwm          int64
+		busy         bool
+	}{{1, 3, 0, false}, {2, 4, 0, false}, {3, 5, 0, false}, {3, 9, 4000, true}, {4, 10, 4000, true}} {
+		v.Reports[10] = GroupReport{Group: 10, Role: roleLeader, Term: step.term, Commit: step.commit, HighWatermark: step.hwm}
+		busy := noteWrites(v, &mem, t0.Add(time.Duration(i)*time.Second))
+		require.Equal(t, step.busy, busy[10], "step %d: term %d commit %d high watermark %d", i, step.term, step.commit, step.hwm)
+	}
 }

@@ -47,7 +47,7 @@ func DiffReport(prev map[uint64]GroupReport, cur []GroupReport) (changed []Group
 // sameGroupReport reports whether two reports of a group say the same.
 func sameGroupReport(a, b GroupReport) bool {
 	return a.Group == b.Group && a.Role == b.Role && a.Leader == b.Leader && a.Term == b.Term &&
-		a.Commit == b.Commit && a.Applied == b.Applied && a.Lag == b.Lag &&
+		a.Commit == b.Commit && a.Applied == b.Applied && a.Lag == b.Lag && a.HighWatermark == b.HighWatermark &&
 		slices.Equal(a.Followers, b.Followers) && slices.Equal(a.Voters, b.Voters) && slices.Equal(a.Learners, b.Learners)
 }
 

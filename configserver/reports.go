@@ -8,6 +8,8 @@ import (
 	"slices"
 	"sync"
 	"time"
+
+	"github.com/vdl-project/vdl/raftnode"
 )
 
 // Report is what a server tells the config servers every few seconds.
@@ -48,10 +50,31 @@ type GroupReport struct {
 	// Followers is, on a leader, each other replica's progress.
 	Lag       uint64           `json:"lag"`
 	Followers []FollowerReport `json:"followers,omitempty"`
+	// HighWatermark is the stream's next offset as this replica applied
+	// it: on a leader, what tells the balancer the stream is written
+	// (its commit also moves with every election).
+	HighWatermark int64 `json:"hwm,omitempty"`
 	// Voters and Learners are the group's membership as this replica
 	// applied it.
 	Voters   []uint64 `json:"voters,omitempty"`
 	Learners []uint64 `json:"learners,omitempty"`
+}
+
+// ReportGroup is server self's report of one group it hosts, from the
+// group's status: the servers' reports and the simulator's are this.
+func ReportGroup(self uint64, gs raftnode.GroupStatus) GroupReport {
+	gr := GroupReport{Group: gs.Group, Role: gs.Role, Leader: gs.Leader, Term: gs.Term, Commit: gs.Commit, Applied: gs.Applied,
+		HighWatermark: gs.HighWatermark, Voters: gs.Voters, Learners: gs.Learners}
+	for _, id := range slices.Sorted(maps.Keys(gs.Progress)) {
+		p := gs.Progress[id]
+		if gs.Commit > p.Match {
+			gr.Lag = max(gr.Lag, gs.Commit-p.Match)
+		}
+		if id != self {
+			gr.Followers = append(gr.Followers, FollowerReport{ID: id, Match: p.Match, Active: p.RecentActive})
+		}
+	}
+	return gr
 }
 
 // FollowerReport is a replica's progress as its leader sees it.

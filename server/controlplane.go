@@ -5,7 +5,6 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
-	"maps"
 	"net/http"
 	"path"
 	"slices"
@@ -202,19 +201,7 @@ func (s *Server) self() configserver.Server {
 func (s *Server) report() configserver.Report {
 	r := configserver.Report{Server: s.self(), Version: s.control.version.Load()}
 	for _, gs := range s.host.Statuses() {
-		g := gs.Group
-		gr := configserver.GroupReport{Group: g, Role: gs.Role, Leader: gs.Leader, Term: gs.Term, Commit: gs.Commit, Applied: gs.Applied,
-			Voters: gs.Voters, Learners: gs.Learners}
-		for _, id := range slices.Sorted(maps.Keys(gs.Progress)) {
-			p := gs.Progress[id]
-			if gs.Commit > p.Match {
-				gr.Lag = max(gr.Lag, gs.Commit-p.Match)
-			}
-			if id != s.cfg.NodeID {
-				gr.Followers = append(gr.Followers, configserver.FollowerReport{ID: id, Match: p.Match, Active: p.RecentActive})
-			}
-		}
-		r.Groups = append(r.Groups, gr)
+		r.Groups = append(r.Groups, configserver.ReportGroup(s.cfg.NodeID, gs))
 	}
 	if free, err := s.fs.FreeSpace(s.cfg.DataDir); err == nil {
 		r.DiskFreeBytes = int64(free)
@@ -354,7 +341,7 @@ func (s *Server) hostAssigned(scs ...StreamConfig) error {
 	for range min(concurrentOpens, len(todo)) {
 		wg.Go(func() {
 			for i := range work {
-				st, f, err := s.openStream(todo[i], initialised)
+				st, f, err := s.openStream(todo[i], initialised, false)
 				results[i] = result{st, f, err}
 			}
 		})

@@ -91,15 +91,7 @@ func (c *controlPlane) collectReports() {
 			if !ok {
 				continue
 			}
-			gr := configserver.GroupReport{Group: g, Role: gs.Role, Leader: gs.Leader, Term: gs.Term, Commit: gs.Commit, Applied: gs.Applied,
-				Voters: gs.Voters, Learners: gs.Learners}
-			for _, id := range slices.Sorted(maps.Keys(gs.Progress)) {
-				if id != n.id {
-					p := gs.Progress[id]
-					gr.Followers = append(gr.Followers, configserver.FollowerReport{ID: id, Match: p.Match, Active: p.RecentActive})
-				}
-			}
-			reps[g] = gr
+			reps[g] = configserver.ReportGroup(n.id, gs)
 		}
 		c.reports[n.id] = reps
 	}
