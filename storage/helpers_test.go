@@ -66,7 +66,8 @@ func openMem(t *testing.T, opts Options) *Log {
 // handles of segment and index files open, to prove the file cache's bound.
 type countFS struct {
 	vfs.FS
-	reads atomic.Int64
+	reads     atomic.Int64
+	readBytes atomic.Int64
 
 	mu   sync.Mutex
 	open int // .seg, .ridx and .lidx handles open now
@@ -121,7 +122,18 @@ type countFile struct {
 
 func (f *countFile) ReadAt(p []byte, off int64) (int, error) {
 	f.c.reads.Add(1)
-	return f.File.ReadAt(p, off)
+	n, err := f.File.ReadAt(p, off)
+	f.c.readBytes.Add(int64(n))
+	return n, err
+}
+
+// DataAfter is the file's, or all of it is data.
+func (f *countFile) DataAfter(off int64) (int64, int64, bool, error) {
+	if m, ok := f.File.(vfs.DataMap); ok {
+		return m.DataAfter(off)
+	}
+	size, err := f.File.Size()
+	return off, size, off < size, err
 }
 
 func (f *countFile) Close() error {

@@ -51,6 +51,7 @@ func Open(opts Options) (*Log, error) {
 	l.cache.budget = opts.TailBudget
 	l.readAhead = opts.ReadAhead
 	l.readBudget = opts.ReadBudget
+	l.deferRecoverySync = opts.DeferRecoverySync
 	if err := l.recover(); err != nil {
 		for _, s := range l.segs {
 			s.retire()
@@ -209,7 +210,7 @@ func (l *Log) openSegments(firsts []uint64) ([]*segment, error) {
 				_ = f.Close()
 				return segs, l.corrupt(s.base+".seg", 0, "bad segment header")
 			}
-			if p := findValidRecord(f, size, segHeaderSize, l.stream, 0); p >= 0 {
+			if p := findValidRecord(f, size, segHeaderSize, l.stream, 0, nil); p >= 0 {
 				_ = f.Close()
 				return segs, l.corrupt(s.base+".seg", 0, "bad segment header before a valid record at %d", p)
 			}
@@ -255,7 +256,7 @@ func (l *Log) recoverClosed(s, next *segment) error {
 		return err
 	}
 	defer f.Close()
-	sc, err := scanSegment(f, s, l.stream, s.allocated)
+	sc, err := scanSegment(f, s, l.stream, s.allocated, nil)
 	if err != nil {
 		return err
 	}
@@ -281,11 +282,12 @@ func (s *segment) applyScan(sc *scanResult) {
 func (l *Log) recoverActive() error {
 	s := l.active()
 	s.dropIndexFiles(l.fs) // any are stale: the segment is active again
-	sc, err := scanSegment(s.f, s, l.stream, s.allocated)
+	ext := dataExtents(s.f, s.allocated)
+	sc, err := scanSegment(s.f, s, l.stream, s.allocated, ext)
 	if err != nil {
 		return err
 	}
-	if p := findValidRecord(s.f, s.allocated, sc.stop+recAlign, l.stream, sc.last+1); p >= 0 {
+	if p := findValidRecord(s.f, s.allocated, sc.stop+recAlign, l.stream, sc.last+1, ext); p >= 0 {
 		return l.corrupt(s.base+".seg", sc.stop, "invalid record followed by a valid one at %d", p)
 	}
 	s.applyScan(sc)
@@ -296,7 +298,7 @@ func (l *Log) recoverActive() error {
 		if err := p.acquire(); err != nil {
 			return err
 		}
-		psc, err := scanSegment(p.f, p, l.stream, p.allocated)
+		psc, err := scanSegment(p.f, p, l.stream, p.allocated, nil)
 		p.release()
 		if err != nil {
 			return err
@@ -344,7 +346,12 @@ func (l *Log) recoverActive() error {
 	// A process that crashed may have left writes it never synced in the
 	// page cache, and files whose directory entry is not durable. Raft
 	// takes whatever the log holds as stable (it may vote and acknowledge
-	// on it), so make it stable before anyone reads it.
+	// on it), so make it stable before anyone reads it (or the caller
+	// does, for the whole file system: DeferRecoverySync).
+	if l.deferRecoverySync {
+		l.dirDirty = false // the file system's sync covers the directory too
+		return nil
+	}
 	l.dirDirty = true
 	_, err = l.Sync()
 	return err
@@ -417,11 +424,12 @@ type scanResult struct {
 // winReader serves small reads of a file from a window buffer; every read
 // is bounded by the file size, so garbage lengths cannot blow it up.
 type winReader struct {
-	f    vfs.File
-	size int64
-	buf  []byte
-	off  int64
-	n    int
+	f     vfs.File
+	size  int64
+	limit int64 // windows end here when the bytes asked for do (the data's end; 0: size)
+	buf   []byte
+	off   int64
+	n     int
 }
 
 const window = 1 << 20
@@ -435,11 +443,14 @@ func (w *winReader) get(off int64, n int) ([]byte, error) {
 	if off >= w.off && off+int64(n) <= w.off+int64(w.n) {
 		return w.buf[off-w.off : off-w.off+int64(n)], nil
 	}
-	want := int(min(int64(max(n, window)), w.size-off))
-	if want < n {
+	want := min(int64(max(n, window)), w.size-off)
+	if w.limit > 0 { // past the data, only what is asked for
+		want = min(want, max(int64(n), w.limit-off))
+	}
+	if int(want) < n {
 		return nil, io.ErrUnexpectedEOF
 	}
-	if cap(w.buf) < want {
+	if int64(cap(w.buf)) < want {
 		w.release()
 		if want <= window {
 			w.buf = windows.Get().(*[window]byte)[:]
@@ -466,14 +477,61 @@ func (w *winReader) release() {
 	w.buf, w.n = nil, 0
 }
 
+// extents is where a file's data lies, the rest reading as zeros (nil:
+// all of it is data). It is taken before the file is read: the kernel
+// counts the blocks a read brought in (read ahead included) as data, zeros
+// or not.
+type extents [][2]int64
+
+// maxExtents bounds the regions taken; the rest of the file counts as data.
+const maxExtents = 64
+
+// dataExtents is where f's data lies within size (vfs.DataMap).
+func dataExtents(f vfs.File, size int64) extents {
+	m, ok := f.(vfs.DataMap)
+	if !ok {
+		return nil
+	}
+	ext := extents{}
+	for off := int64(0); off < size; {
+		start, end, ok, err := m.DataAfter(off)
+		switch {
+		case err != nil:
+			return nil
+		case !ok || start >= size:
+			return ext
+		case len(ext) == maxExtents || end <= start:
+			return append(ext, [2]int64{start, size})
+		}
+		ext = append(ext, [2]int64{start, min(end, size)})
+		off = end
+	}
+	return ext
+}
+
+// after is the first data region at or after off, within size: (size,
+// size) when none.
+func (e extents) after(off, size int64) (start, end int64) {
+	if e == nil {
+		return off, size
+	}
+	for _, r := range e {
+		if r[1] > off {
+			return max(r[0], off), r[1]
+		}
+	}
+	return size, size
+}
+
 // scanSegment walks the record chain of s (its data file f) from its
 // header. Only IO errors are returned; an invalid record just ends the walk.
-func scanSegment(f vfs.File, s *segment, stream uint64, size int64) (*scanResult, error) {
+func scanSegment(f vfs.File, s *segment, stream uint64, size int64, ext extents) (*scanResult, error) {
 	sc := &scanResult{
 		last: s.hdr.first - 1, lastTerm: s.hdr.prevTerm, lastCRC: s.hdr.chainCRC,
 		end: segHeaderSize, endOffset: s.hdr.firstOffset, maxTs: -1, startMaxTs: -1,
 	}
-	w := &winReader{f: f, size: size}
+	_, dataEnd := ext.after(segHeaderSize, size)
+	w := &winReader{f: f, size: size, limit: dataEnd}
 	defer w.release()
 	first := true
 	for pos := int64(segHeaderSize); pos+recHeaderSize <= size; {
@@ -532,11 +590,20 @@ func scanSegment(f vfs.File, s *segment, stream uint64, size int64) (*scanResult
 // findValidRecord looks, from position from on (8-aligned), for a record
 // that is valid on its own (plausible header, crc with this stream) with
 // index >= minIndex. It returns its position or -1. Used to tell a torn
-// tail (nothing valid after it) from damage in the middle.
-func findValidRecord(f vfs.File, size, from int64, stream, minIndex uint64) int64 {
+// tail (nothing valid after it) from damage in the middle. What the file
+// says holds no data reads as zeros, where no record starts: it is
+// skipped, not read (an idle stream's allocation is mostly never written).
+func findValidRecord(f vfs.File, size, from int64, stream, minIndex uint64, ext extents) int64 {
 	w := &winReader{f: f, size: size}
 	defer w.release()
 	for pos := (from + recAlign - 1) &^ (recAlign - 1); pos+recHeaderSize <= size; pos += recAlign {
+		if pos >= w.limit {
+			start, end := ext.after(pos, size)
+			pos, w.limit = max(pos, (start+recAlign-1)&^(recAlign-1)), end
+			if pos+recHeaderSize > size {
+				break
+			}
+		}
 		if i := pos - w.off + 8; pos >= w.off && i < int64(w.n) && w.buf[i] == 0 {
 			continue // no record starts here (hb[8] below), read already: a preallocated tail's zeros, fast
 		}

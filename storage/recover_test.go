@@ -188,3 +188,43 @@ func TestRecoveryCommitsAnAppliedConfChange(t *testing.T) {
 	}
 	require.Positive(t, tornState, "some crash kept entries past the change but not the hard state")
 }
+
+// DeferRecoverySync leaves what recovery found (here the writes a crashed
+// process never synced) to the caller's sync of the file system: lost to
+// a power cut before it, kept after it, as with the log's own sync.
+func TestDeferredRecoverySync(t *testing.T) {
+	for _, tc := range []struct {
+		name         string
+		deferSync    bool
+		syncFS, kept bool
+	}{{"own sync", false, false, true}, {"deferred, then syncfs", true, true, true}, {"deferred, power cut first", true, false, false}} {
+		mem := vfs.NewMem()
+		opts := memOpts(mem)
+		l := openMem(t, opts)
+		require.NoError(t, l.Write([]*pb.Entry{userEnt(1, 1, 1, 100, 1)}, nil))
+		_, err := l.Sync()
+		require.NoError(t, err)
+		require.NoError(t, l.Write([]*pb.Entry{userEnt(2, 1, 1, 100, 1)}, nil)) // never synced: the process crashes
+
+		opts.DeferRecoverySync = tc.deferSync
+		l = openMem(t, opts)
+		last, err := l.LastIndex()
+		require.NoError(t, err)
+		require.Equal(t, uint64(2), last, tc.name)
+		if tc.syncFS {
+			require.NoError(t, mem.SyncFS(opts.Dir))
+		}
+		mem.CrashClean()
+
+		opts.DeferRecoverySync = false
+		l = openMem(t, opts)
+		last, err = l.LastIndex()
+		require.NoError(t, err)
+		want := uint64(1)
+		if tc.kept {
+			want = 2
+		}
+		require.Equal(t, want, last, tc.name)
+		require.NoError(t, l.Close())
+	}
+}

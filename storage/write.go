@@ -452,7 +452,7 @@ func (l *Log) truncate(first uint64) error {
 		if err := s.reclaim(); err != nil {
 			return err
 		}
-		sc, err := scanSegment(s.f, s, l.stream, s.allocated)
+		sc, err := scanSegment(s.f, s, l.stream, s.allocated, nil)
 		if err != nil {
 			return err
 		}

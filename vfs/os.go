@@ -78,6 +78,27 @@ func (OS) SyncDir(dir string) error {
 	return mapErr(err)
 }
 
+// SyncFS implements FSSyncer: syncfs(2) on dir's file system (Linux
+// reports every file's writeback errors to it since 5.8).
+func (OS) SyncFS(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return mapErr(err)
+	}
+	rc, err := d.SyscallConn()
+	if err == nil {
+		cerr := rc.Control(func(fd uintptr) { err = syncFS(int(fd)) })
+		err = errors.Join(err, cerr)
+	}
+	if cerr := d.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return mapErr(&fs.PathError{Op: "syncfs", Path: dir, Err: err})
+	}
+	return nil
+}
+
 // FreeSpace implements FS. Bavail, not Bfree: blocks reserved for root are
 // not ours to fill.
 func (OS) FreeSpace(dir string) (uint64, error) {
@@ -147,6 +168,15 @@ func (f *osFile) Prefetch(off, n int64) error {
 		return nil
 	}
 	return f.fdOp("fadvise", func(fd int) error { return prefetch(fd, off, n) })
+}
+
+func (f *osFile) DataAfter(off int64) (start, end int64, ok bool, err error) {
+	err = f.fdOp("lseek", func(fd int) error {
+		var e error
+		start, end, ok, e = dataAfter(fd, off)
+		return e
+	})
+	return start, end, ok, err
 }
 
 // fdOp runs fn on the descriptor through SyscallConn so a concurrent Close

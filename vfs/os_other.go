@@ -10,6 +10,17 @@ func fallocate(int, int64) error { return unix.EOPNOTSUPP }
 
 func fdatasync(fd int) error { return unix.Fsync(fd) }
 
+func syncFS(int) error { unix.Sync(); return nil }
+
 func dropCache(int, int64, int64) error { return nil }
 
 func prefetch(int, int64, int64) error { return nil }
+
+// dataAfter: all of the file is data.
+func dataAfter(fd int, off int64) (start, end int64, ok bool, err error) {
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return 0, 0, false, err
+	}
+	return off, st.Size, off < st.Size, nil
+}

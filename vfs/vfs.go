@@ -69,3 +69,26 @@ type File interface {
 	// cache (posix_fadvise WILLNEED), for a read expected soon. A hint.
 	Prefetch(off, n int64) error
 }
+
+// FSSyncer is implemented by file systems that can make everything
+// written to them durable at once (syncfs): a server restarting with
+// 10,000 streams synced each recovered log on its own, an fdatasync and
+// a device flush each, two thirds of a stream's opening.
+type FSSyncer interface {
+	// SyncFS makes every write to the file system holding dir durable,
+	// file data and directory entries alike.
+	SyncFS(dir string) error
+}
+
+// DataMap is implemented by files that know where their data lies
+// (SEEK_DATA and SEEK_HOLE on Linux). Everything else in the file, holes
+// and reserved but never written blocks, reads as zeros: a reader looking
+// for records may skip it. A restart's recovery otherwise read each
+// stream's whole allocation, zeros included (a gigabyte at 10,000 streams).
+type DataMap interface {
+	// DataAfter returns the first data region at or after off: [start,
+	// end). ok is false when no data lies at or after off. It may report
+	// more data than there is (a file system without the calls reports
+	// all of it), never less.
+	DataAfter(off int64) (start, end int64, ok bool, err error)
+}
