@@ -17,18 +17,18 @@ import (
 
 // The balancer, on the leader, once a second: a stream whose leader has
 // been outside its preferred DC for BalanceAfterMs gets a leader transfer
-// to a caught-up replica there that is up; among the replicas of the
+// to a caught-up replica there that is up. Among the replicas of the
 // leader's DC (every replica without a preferred DC), a busy stream's
-// leadership (one whose high watermark moved within BusyFor) moves from a server
-// leading two more busy streams than another, then leadership moves from
-// a server leading two more streams than another, an idle stream's first:
-// moving a busy stream's leader stalls its producers, and the catalog's
-// first streams by name were moved again and again while thousands were
-// created. It acts only on a
-// fresh view (a new leader first waits until it heard every server), at
-// most MaxTransfersPerSec transfers a second, one per stream per
-// BalanceAfterMs; what it did and what it could not do, and why, is
-// GET /v1/balancer (vdlctl balancer status).
+// leadership (its high watermark moved within BusyFor) moves from a
+// server leading two more busy streams than another; then leadership
+// moves from a server leading two more streams than another, an idle
+// stream's first: moving a busy stream's leader stalls its producers, and
+// the catalog's first streams by name were moved again and again while
+// thousands were created. It acts only on a fresh view (a new leader
+// first waits until it heard every server), at most MaxTransfersPerSec
+// transfers a second, one per stream per BalanceAfterMs; what it did and
+// what it could not do, and why, is GET /v1/balancer (vdlctl balancer
+// status).
 
 // BalancerStatus is GET /v1/balancer.
 type BalancerStatus struct {
@@ -321,8 +321,9 @@ func (e *evener) evenBusy(evens []Stream) (plan []Transfer) {
 // written go first (never written, then in the catalog's order): by the
 // catalog's order alone, streams written a minute ago and idle since were
 // moved again and again while thousands of idle ones were created (the 10
-// hot streams of BenchmarkStreams, first by name: 102 leader changes). A busy stream moves only to a server
-// leading fewer busy streams (not undoing evenBusy).
+// hot streams of BenchmarkStreams, first by name: 102 leader changes). A
+// busy stream moves only to a server leading fewer busy streams (not
+// undoing evenBusy).
 func (e *evener) evenAll(evens []Stream) (plan []Transfer) {
 	slices.SortStableFunc(evens, func(a, b Stream) int {
 		if c := cmpBool(e.busy[a.Group], e.busy[b.Group]); c != 0 {

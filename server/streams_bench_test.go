@@ -92,7 +92,9 @@ func benchStreams(b *testing.B, n int) {
 	// was the slowest in every run of a day (55–65% of the next: memory
 	// given back to the VM's host and faulted in again, it seems).
 	stopProfile := profileTo(b, "VDL_BENCH_BEFOREPROFILE")
-	before := bestOf(3, func(i int) throughput { return hotLoad(b, ctx, c, hot, fmt.Sprintf("before, run %d", i), 10*time.Second) })
+	before := bestOf(3, func(i int) throughput {
+		return hotLoad(b, ctx, c, hot, fmt.Sprintf("before, run %d", i), 10*time.Second)
+	})
 	stopProfile()
 
 	heap0, disk0 := heapInUse(), c.diskUsed(b)
@@ -115,7 +117,9 @@ func benchStreams(b *testing.B, n int) {
 	diskPer := float64(c.diskUsed(b)-disk0) / float64(3*n)
 
 	stopProfile = profileTo(b, "VDL_BENCH_HOTPROFILE")
-	after := bestOf(3, func(i int) throughput { return hotLoad(b, ctx, c, hot, fmt.Sprintf("after, run %d", i), 10*time.Second) })
+	after := bestOf(3, func(i int) throughput {
+		return hotLoad(b, ctx, c, hot, fmt.Sprintf("after, run %d", i), 10*time.Second)
+	})
 	stopProfile()
 	meta := metadataTime(b, ctx, c, n+hotStreams)
 	b.Logf("before the restart: %d idle streams created in %v, all led after %v; idle CPU %.1f%% of a core per server; "+
