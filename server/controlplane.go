@@ -341,7 +341,7 @@ func (s *Server) hostAssigned(scs ...StreamConfig) error {
 	for range min(concurrentOpens, len(todo)) {
 		wg.Go(func() {
 			for i := range work {
-				st, f, err := s.openStream(todo[i], initialised, false)
+				st, f, err := s.openStream(todo[i], initialised)
 				results[i] = result{st, f, err}
 			}
 		})

@@ -14,7 +14,6 @@ import (
 	"go.etcd.io/raft/v3/raftpb"
 
 	"github.com/vdl-project/vdl/storage"
-	"github.com/vdl-project/vdl/vfs"
 )
 
 // openedStream is a stream opened at start, and whether it waits for its
@@ -25,16 +24,12 @@ type openedStream struct {
 }
 
 // openAll opens the streams of this server among streams, concurrentOpens
-// at once (each is a few reads and maybe a truncation: one at a time, a
-// server with 10,000 streams took minutes to start), and parks each
+// at once (each is a few reads, a truncation and an fsync: one at a time,
+// a server with 10,000 streams took minutes to start), and parks each
 // active segment in the file cache at once (holding a descriptor per
 // stream until the first parking round, a restart at that scale ran out
-// of them). What they recovered is made durable by one sync of the data
-// dir's file system when it can (vfs.FSSyncer), not by each log: an
-// fdatasync and a device flush per stream were two thirds of an opening.
-// They come back in streams' order; on an error, the first.
+// of them). They come back in streams' order; on an error, the first.
 func (s *Server) openAll(streams []StreamConfig, mode startMode) ([]openedStream, error) {
-	syncer, syncOnce := s.fs.(vfs.FSSyncer)
 	var mine []StreamConfig
 	for _, sc := range streams {
 		if containsID(sc.Replicas, s.cfg.NodeID) {
@@ -48,7 +43,7 @@ func (s *Server) openAll(streams []StreamConfig, mode startMode) ([]openedStream
 	for range min(concurrentOpens, len(mine)) {
 		wg.Go(func() {
 			for i := range work {
-				st, founding, err := s.openStream(mine[i], mode, syncOnce)
+				st, founding, err := s.openStream(mine[i], mode)
 				if err == nil {
 					st.log.Park()
 				}
@@ -69,11 +64,6 @@ func (s *Server) openAll(streams []StreamConfig, mode startMode) ([]openedStream
 			return nil, err
 		}
 	}
-	if syncOnce {
-		if err := syncer.SyncFS(s.cfg.DataDir); err != nil {
-			return nil, fmt.Errorf("data dir: making the streams' recovery durable: %w", err)
-		}
-	}
 	return out, nil
 }
 
@@ -84,9 +74,8 @@ func (s *Server) openAll(streams []StreamConfig, mode startMode) ([]openedStream
 // the stream, join = true) is joining. A stream the data dir hosted whose
 // directory is gone lost its data: the server refuses to start. founding
 // says the group may only start once every founding replica is known (see
-// hostWhenFoundersKnown). deferSync leaves making what the log recovered
-// durable to the caller (storage.Options.DeferRecoverySync).
-func (s *Server) openStream(sc StreamConfig, mode startMode, deferSync bool) (*stream, bool, error) {
+// hostWhenFoundersKnown).
+func (s *Server) openStream(sc StreamConfig, mode startMode) (*stream, bool, error) {
 	dir := path.Join(s.cfg.DataDir, "streams", fmt.Sprintf("%d", sc.ID))
 	files, err := s.fs.List(dir)
 	if err != nil && !errors.Is(err, fs.ErrNotExist) {
@@ -103,18 +92,17 @@ func (s *Server) openStream(sc StreamConfig, mode startMode, deferSync bool) (*s
 			"this server lost its data and must be replaced (docs/operations.md, replacing a server)", ErrIdentity, sc.Name, dir)
 	}
 	l, err := storage.Open(storage.Options{
-		FS:                s.fs,
-		Dir:               dir,
-		Stream:            sc.ID,
-		SegmentSize:       s.cfg.Storage.SegmentBytes,
-		TailBudget:        s.tailBudget,
-		ReadBudget:        s.readBudget,
-		ReadAhead:         true,
-		KeepPageCache:     s.cfg.Storage.KeepPageCache,
-		Space:             s.space,
-		Files:             s.files,
-		Logger:            s.log.With("stream", sc.Name),
-		DeferRecoverySync: deferSync,
+		FS:            s.fs,
+		Dir:           dir,
+		Stream:        sc.ID,
+		SegmentSize:   s.cfg.Storage.SegmentBytes,
+		TailBudget:    s.tailBudget,
+		ReadBudget:    s.readBudget,
+		ReadAhead:     true,
+		KeepPageCache: s.cfg.Storage.KeepPageCache,
+		Space:         s.space,
+		Files:         s.files,
+		Logger:        s.log.With("stream", sc.Name),
 	})
 	if err != nil {
 		return nil, false, fmt.Errorf("stream %s: %w", sc.Name, err)

@@ -90,14 +90,8 @@ type Options struct {
 	// one between all its logs, so its descriptors do not grow with the
 	// number of streams and segments. Nil: the log makes its own, of 64
 	// segments (see FileCache).
-	Files *FileCache
-	// DeferRecoverySync: Open does not make what it recovered durable
-	// (what a crashed process left in the page cache, the recovery's own
-	// writes); the caller syncs the whole file system (vfs.FSSyncer)
-	// before the log is used. A server opening 10,000 logs at start syncs
-	// once, not 10,000 times (an fdatasync and a device flush each).
-	DeferRecoverySync bool
-	Logger            *slog.Logger
+	Files  *FileCache
+	Logger *slog.Logger
 }
 
 // Synced is what Sync returns: everything written before the Sync call is

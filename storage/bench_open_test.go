@@ -36,27 +36,14 @@ func BenchmarkOpenIdle(b *testing.B) {
 	if err := l.Close(); err != nil {
 		b.Fatal(err)
 	}
-	// Each opening syncing its log, or leaving it to one syncfs per
-	// 1,000 openings (DeferRecoverySync: a server's start).
-	for _, deferSync := range []bool{false, true} {
-		b.Run(map[bool]string{false: "own-sync", true: "syncfs-per-1000"}[deferSync], func(b *testing.B) {
-			opts.DeferRecoverySync = deferSync
-			b.ReportAllocs()
-			n := 0
-			for b.Loop() {
-				l, err := Open(opts)
-				if err != nil {
-					b.Fatal(err)
-				}
-				if n++; deferSync && n%1000 == 0 {
-					if err := (vfs.OS{}).SyncFS(dir); err != nil {
-						b.Fatal(err)
-					}
-				}
-				if err := l.Close(); err != nil {
-					b.Fatal(err)
-				}
-			}
-		})
+	b.ReportAllocs()
+	for b.Loop() {
+		l, err := Open(opts)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := l.Close(); err != nil {
+			b.Fatal(err)
+		}
 	}
 }

@@ -36,16 +36,15 @@ type Log struct {
 	segSize int64
 	logger  *slog.Logger
 
-	keepPageCache     bool
-	deferRecoverySync bool // Options.DeferRecoverySync
-	maxRead           int
-	space             *Space
-	files             *FileCache    // closed segments' file handles
-	ahead             aheadReads    // catch-up reads started ahead of their consumers
-	lastWrite         atomic.Uint64 // TailBudget's recency tick of the newest write
-	readAhead         bool          // Options.ReadAhead
-	readBudget        *ReadBudget   // Options.ReadBudget
-	stats             stats         // I/O counters (Stats)
+	keepPageCache bool
+	maxRead       int
+	space         *Space
+	files         *FileCache    // closed segments' file handles
+	ahead         aheadReads    // catch-up reads started ahead of their consumers
+	lastWrite     atomic.Uint64 // TailBudget's recency tick of the newest write
+	readAhead     bool          // Options.ReadAhead
+	readBudget    *ReadBudget   // Options.ReadBudget
+	stats         stats         // I/O counters (Stats)
 
 	wmu sync.Mutex
 	mu  sync.RWMutex

@@ -49,7 +49,6 @@ func Open(opts Options) (*Log, error) {
 	l.cache.budget = opts.TailBudget
 	l.readAhead = opts.ReadAhead
 	l.readBudget = opts.ReadBudget
-	l.deferRecoverySync = opts.DeferRecoverySync
 	if err := l.recover(); err != nil {
 		for _, s := range l.segs {
 			s.retire()
@@ -344,12 +343,7 @@ func (l *Log) recoverActive() error {
 	// A process that crashed may have left writes it never synced in the
 	// page cache, and files whose directory entry is not durable. Raft
 	// takes whatever the log holds as stable (it may vote and acknowledge
-	// on it), so make it stable before anyone reads it (or the caller
-	// does, for the whole file system: DeferRecoverySync).
-	if l.deferRecoverySync {
-		l.dirDirty = false // the file system's sync covers the directory too
-		return nil
-	}
+	// on it), so make it stable before anyone reads it.
 	l.dirDirty = true
 	_, err = l.Sync()
 	return err

@@ -473,35 +473,6 @@ func (m *Mem) SyncDir(dir string) error {
 	if err != nil {
 		return err
 	}
-	m.syncDirLocked(d)
-	return nil
-}
-
-// SyncFS implements FSSyncer: every file and directory made durable.
-func (m *Mem) SyncFS(dir string) error {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if _, err := m.dir("syncfs", dir); err != nil {
-		return err
-	}
-	for _, f := range m.files {
-		f.pending = nil
-	}
-	var walk func(d *memNode)
-	walk = func(d *memNode) {
-		m.syncDirLocked(d)
-		for _, name := range slices.Sorted(maps.Keys(d.entries)) {
-			if n := d.entries[name]; n.dir {
-				walk(n)
-			}
-		}
-	}
-	walk(m.root)
-	m.stats.Syncs++
-	return nil
-}
-
-func (m *Mem) syncDirLocked(d *memNode) {
 	old := d.durable
 	d.durable = maps.Clone(d.entries)
 	for _, n := range d.durable {
@@ -516,6 +487,7 @@ func (m *Mem) syncDirLocked(d *memNode) {
 		}
 	}
 	m.stats.SyncDirs++
+	return nil
 }
 
 // FreeSpace implements FS: capacity minus the size of all files, or

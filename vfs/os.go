@@ -78,27 +78,6 @@ func (OS) SyncDir(dir string) error {
 	return mapErr(err)
 }
 
-// SyncFS implements FSSyncer: syncfs(2) on dir's file system (Linux
-// reports every file's writeback errors to it since 5.8).
-func (OS) SyncFS(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return mapErr(err)
-	}
-	rc, err := d.SyscallConn()
-	if err == nil {
-		cerr := rc.Control(func(fd uintptr) { err = syncFS(int(fd)) })
-		err = errors.Join(err, cerr)
-	}
-	if cerr := d.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		return mapErr(&fs.PathError{Op: "syncfs", Path: dir, Err: err})
-	}
-	return nil
-}
-
 // FreeSpace implements FS. Bavail, not Bfree: blocks reserved for root are
 // not ours to fill.
 func (OS) FreeSpace(dir string) (uint64, error) {

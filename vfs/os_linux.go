@@ -12,8 +12,6 @@ func fallocate(fd int, size int64) error { return unix.Fallocate(fd, 0, 0, size)
 
 func fdatasync(fd int) error { return unix.Fdatasync(fd) }
 
-func syncFS(fd int) error { return unix.Syncfs(fd) }
-
 func dropCache(fd int, off, n int64) error { return unix.Fadvise(fd, off, n, unix.FADV_DONTNEED) }
 
 func prefetch(fd int, off, n int64) error { return unix.Fadvise(fd, off, n, unix.FADV_WILLNEED) }

@@ -10,8 +10,6 @@ func fallocate(int, int64) error { return unix.EOPNOTSUPP }
 
 func fdatasync(fd int) error { return unix.Fsync(fd) }
 
-func syncFS(int) error { unix.Sync(); return nil }
-
 func dropCache(int, int64, int64) error { return nil }
 
 func prefetch(int, int64, int64) error { return nil }

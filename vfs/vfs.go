@@ -70,16 +70,6 @@ type File interface {
 	Prefetch(off, n int64) error
 }
 
-// FSSyncer is implemented by file systems that can make everything
-// written to them durable at once (syncfs): a server restarting with
-// 10,000 streams synced each recovered log on its own, an fdatasync and
-// a device flush each, two thirds of a stream's opening.
-type FSSyncer interface {
-	// SyncFS makes every write to the file system holding dir durable,
-	// file data and directory entries alike.
-	SyncFS(dir string) error
-}
-
 // DataMap is implemented by files that know where their data lies
 // (SEEK_DATA and SEEK_HOLE on Linux). Everything else in the file, holes
 // and reserved but never written blocks, reads as zeros: a reader looking
