@@ -33,7 +33,7 @@ type scanResult struct {
 type winReader struct {
 	f     vfs.File
 	size  int64
-	limit int64 // windows end here when the bytes asked for do (the data's end; 0: size)
+	limit int64 // the data's end: a window stops there unless the bytes asked for go past it (0: none)
 	buf   []byte
 	off   int64
 	n     int
