@@ -27,8 +27,23 @@ import (
 // leader from its heartbeat. A follower that knows its leader always ticks,
 // so a dead leader is noticed on time, and groups already campaigning go
 // on to the end of their election; both may take the count past the bound
-// for a while. Which groups wait is decided in group order, as everything
+// (every follower of a dead server's groups times out at once). Past the
+// bound, the groups campaigning share the clock: each ticks once every
+// campaigns/bound ticks, so their rounds together take the time the
+// bound's would. And the bound itself follows the outcomes
+// (electionPace): halved when a candidate times out, raised by one with
+// every win. Which groups wait is decided in group order, as everything
 // in the core.
+//
+// At scale each part matters (memcluster's TestRestartWithSlowSyncs: on
+// disks that fsync ~30 logs an election timeout, one of three servers
+// stops and comes back among 300 groups). Before, the groups were never
+// all led again, terms in the hundreds: every round outlasted the
+// timeouts. The stretch alone took 423-2,906 ticks; the adaptive bound
+// alone never settled; both, with 900 groups, still left a few groups
+// unled for good, their votes queued behind thousands of fsyncs of
+// pre-vote answers, which now cost none (pipeline.go, durable). All
+// three: 86-156 ticks with 300 groups, 121-328 with 900, a few terms.
 
 // A group starting on a server says hello to its other replicas, so that
 // a restarted server learns its leaders without elections: the leader of
@@ -89,20 +104,79 @@ func campaigning(s raft.StateType) bool {
 	return s == raft.StatePreCandidate || s == raft.StateCandidate
 }
 
-// noteRole records a group's new raft state and keeps the campaign count.
+// electionPace adapts the campaign bound to what the servers carry, as
+// TCP does its window: every election this server wins raises it by one,
+// up to Config.MaxCampaigns; a candidate that times out halves it, at most
+// once an election timeout. An election round costs a sync per vote on
+// every replica; with as many campaigns as the bound allows and a slow
+// disk, the rounds outlast the election timeout and time out, each only
+// to start again (a livelock). With the bound halved until rounds finish
+// in time, elections win again, and the bound grows back as they do.
+type electionPace struct {
+	limit int    // the bound now
+	next  uint64 // the server's tick from which it may be halved again
+}
+
+// atBound reports whether the server's campaigns have reached the bound.
+func (c *Core) atBound() bool {
+	return c.cfg.MaxCampaigns >= 0 && c.campaigns >= c.elections.limit
+}
+
+// noteRole records a group's new raft state, keeps the campaign count and
+// paces elections by their outcome.
 func (c *Core) noteRole(g *group, s raft.StateType) {
+	p := &c.elections
+	switch {
+	case c.cfg.MaxCampaigns < 0 || g.role != raft.StateCandidate:
+	case s == raft.StateLeader:
+		p.limit = min(p.limit+1, c.cfg.MaxCampaigns)
+	case s == raft.StatePreCandidate && c.q.ticks >= p.next: // the election timed out
+		p.limit, p.next = max(p.limit/2, 1), c.q.ticks+uint64(c.cfg.ElectionTick)
+	}
 	if campaigning(g.role) {
 		c.campaigns--
 	}
 	if campaigning(s) {
 		c.campaigns++
 	}
+	if s != g.role {
+		g.ahead = false
+	}
 	g.role = s
 }
 
-// mayTick reports whether a group's raft may tick now: not a follower
-// that knows no leader while the server's campaigns are at the bound.
+// noteBehind lets a follower that knows no leader run past the bound when
+// it refuses a campaign for a log behind its own. That campaign cannot win
+// its vote, and may hold the only place its server has under the bound
+// while this server's place is held the same way by a group where this one
+// is behind: with the third replica down, neither group would ever elect
+// (TestCampaignsBehindDoNotDeadlock; simulator seed 331 with one campaign
+// a server). The replica ahead is the one that can win.
+func (c *Core) noteBehind(g *group, m *raftpb.Message) {
+	t := m.GetType()
+	if (t == raftpb.MsgPreVote || t == raftpb.MsgVote) && g.role == raft.StateFollower && g.lead == 0 && !c.upToDate(g, m) {
+		g.ahead = true
+	}
+}
+
+// mayTick reports whether a group's raft may tick now. Below the bound,
+// every group ticks. At or past it, a follower that knows no leader waits,
+// and a group running an election ticks once every campaigns/bound ticks
+// (rounded up): its election timeout stretches with the server's load.
+// Past the bound (followers of a dead leader time out together), an
+// election round — pre-votes, votes, each vote a sync — takes longer than
+// an election timeout, every candidate times out before its answers come
+// and starts again, and nothing is ever elected (a livelock: memcluster's
+// TestRestartWithSlowSyncs). Stretched, the rounds of all the elections
+// together take the time the bound's would.
 func (c *Core) mayTick(g *group) bool {
-	return c.cfg.MaxCampaigns < 0 || c.campaigns < c.cfg.MaxCampaigns ||
-		g.role != raft.StateFollower || g.lead != 0
+	switch {
+	case !c.atBound() || g.role == raft.StateLeader:
+		return true
+	case g.role == raft.StateFollower:
+		return g.lead != 0 || g.ahead
+	}
+	bound := c.elections.limit
+	stretch := uint64((c.campaigns + bound - 1) / bound)
+	return (g.ticks+g.id)%stretch == 0
 }

@@ -187,12 +187,15 @@ type Core struct {
 	queuing map[uint64]struct{}
 	// campaigns counts the groups that are pre-candidates or candidates.
 	campaigns int
+	// elections adapts the campaign bound to what the servers carry.
+	elections electionPace
 }
 
 // NewCore returns a core with no groups.
 func NewCore(cfg Config) *Core {
 	cfg.defaults()
-	return &Core{cfg: cfg, groups: map[uint64]*group{}, q: newQuiescence(), queuing: map[uint64]struct{}{}}
+	return &Core{cfg: cfg, groups: map[uint64]*group{}, q: newQuiescence(), queuing: map[uint64]struct{}{},
+		elections: electionPace{limit: cfg.MaxCampaigns}}
 }
 
 // ID returns this server's node id.
@@ -326,6 +329,7 @@ func (c *Core) Shutdown(err error) []Complete {
 	c.effects = nil
 	c.groups, c.ids, c.awake = map[uint64]*group{}, nil, nil
 	c.q, c.queuing, c.campaigns = newQuiescence(), map[uint64]struct{}{}, 0
+	c.elections = electionPace{limit: c.cfg.MaxCampaigns}
 	return out
 }
 

@@ -200,6 +200,7 @@ func (c *Core) noteSoftState(g *group, ss *raft.SoftState) {
 	c.noteRole(g, ss.RaftState)
 	if ss.Lead != g.lead {
 		g.leadChanges++
+		g.ahead = false
 	}
 	g.lead = ss.Lead
 	c.emit(LeaderChanged{Group: g.id, Leader: ss.Lead, Term: g.rn.BasicStatus().GetTerm(), Role: ss.RaftState.String()})

@@ -53,6 +53,7 @@ func (c *Core) Step(group uint64, m *raftpb.Message) {
 	if c.stepSuccession(g, m) {
 		return
 	}
+	c.noteBehind(g, m)
 	if isHello(m) {
 		c.stepHello(g)
 		return

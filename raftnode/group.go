@@ -46,6 +46,10 @@ type group struct {
 	prod *prodState // idempotent producers (producer_state.go)
 
 	succ *succession // its place in the succession of a silent leader (succession.go)
+	// ahead: as a follower that knows no leader, it refused a campaign
+	// for a log behind its own, and so ticks past the campaign bound
+	// (campaign.go).
+	ahead bool
 }
 
 type pending struct {

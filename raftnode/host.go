@@ -307,13 +307,17 @@ func (h *Host) runWrites() {
 	}
 }
 
-// concurrentSyncs is how many logs a Host fsyncs at once.
-const concurrentSyncs = 32
+// ConcurrentSyncs is how many logs a Host fsyncs at once.
+const ConcurrentSyncs = 32
 
 func (h *Host) runSyncs() {
 	defer h.workers.Done()
 	for j := range h.syncs {
-		err := timed(func() error { return j.RunConcurrently(concurrentSyncs) }, h.cfg.ObserveSync)
+		observe := h.cfg.ObserveSync
+		if j.Logs() == 0 {
+			observe = nil // only answers waiting their turn: no fsync to time
+		}
+		err := timed(func() error { return j.RunConcurrently(ConcurrentSyncs) }, observe)
 		_ = h.do(func() { h.node.Synced(j, err) })
 	}
 }

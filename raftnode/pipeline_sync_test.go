@@ -52,3 +52,37 @@ func TestSyncJobRunsEveryLog(t *testing.T) {
 		}
 	}
 }
+
+// Appends that write nothing (raft sends pre-vote answers through them)
+// cost no fsync: their logs are not in the sync job, and their answers
+// still wait their turn in it. An append with a hard state or entries
+// brings its log in.
+func TestEmptyAppendsCostNoFsync(t *testing.T) {
+	mem := vfs.NewMem()
+	open := func(k int) Log {
+		l, err := storage.Open(storage.Options{FS: mem, Dir: fmt.Sprintf("/g%d", k), Stream: uint64(k + 1), SegmentSize: 64 << 10})
+		require.NoError(t, err)
+		t.Cleanup(func() { l.Close() })
+		return l
+	}
+	empty, vote := open(1), open(2)
+	msg := func(m *raftpb.Message) *raftpb.Message {
+		m.Type = raftpb.MsgStorageAppend.Enum()
+		return m
+	}
+	j := &WriteJob{items: []writeItem{
+		{e: Append{Group: 1, Msg: msg(&raftpb.Message{Responses: []*raftpb.Message{{Type: raftpb.MsgPreVoteResp.Enum()}}})}, l: empty},
+		{e: Append{Group: 2, Msg: msg(&raftpb.Message{Term: new(uint64(4)), Vote: new(uint64(2)), Commit: new(uint64(0))})}, l: vote},
+	}}
+	s := j.syncJob()
+	require.NotNil(t, s)
+	require.Len(t, s.done, 2, "both appends are reported, in order")
+	require.Equal(t, []Log{vote}, s.logs, "only the log with a vote is synced")
+
+	j.items = j.items[:1]
+	s = j.syncJob()
+	require.NotNil(t, s)
+	require.Empty(t, s.logs)
+	require.Len(t, s.done, 1)
+	require.NoError(t, s.RunConcurrently(32))
+}

@@ -165,7 +165,7 @@ func (c *Core) tickSuccession(g *group) bool {
 	case g.role == raft.StateCandidate:
 		return true // past the pre-vote: the election runs to its end
 	case (g.ticks-s.at)%successionRetry != 0:
-	case g.role == raft.StatePreCandidate || c.cfg.MaxCampaigns < 0 || c.campaigns < c.cfg.MaxCampaigns:
+	case g.role == raft.StatePreCandidate || !c.atBound():
 		_ = g.rn.Campaign() // again, for a pre-candidate: its pre-votes may have come before the others' leases ended
 		c.drain(g)
 	}

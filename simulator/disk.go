@@ -23,7 +23,10 @@ import (
 //   - A write job takes 20-300 µs and runs at its end.
 //   - A sync job takes the disk's fsync latency: 0.2-2 ms; 30-400 ms while
 //     the nemesis makes the disk slow; BUGGIFY sites make some fsyncs slow
-//     (20-300 ms) or stall (0.5-2 s).
+//     (20-300 ms) or stall (0.5-2 s). That is per raftnode.ConcurrentSyncs
+//     logs, as the Host fsyncs them (thousands of votes when every group
+//     elects); a job with no log to fsync (only answers waiting their
+//     turn) takes no time.
 //   - A snapshot install attempt starts after 2-20 ms (BUGGIFY: up to
 //     1.5 s more), copies at that instant from the replicas this server
 //     can reach, and reports after a time proportional to what it copied.
@@ -46,7 +49,14 @@ func (d simIO) Write(j *raftnode.WriteJob) {
 
 func (d simIO) Sync(j *raftnode.SyncJob) {
 	n := d.n
-	n.s.w.after(n.fsyncLatency(), n, func() {
+	var took time.Duration
+	switch logs := j.Logs(); {
+	case n.s.cfg.syncPerJob:
+		took = n.fsyncLatency()
+	case logs > 0:
+		took = n.fsyncLatency() * time.Duration((logs+raftnode.ConcurrentSyncs-1)/raftnode.ConcurrentSyncs)
+	}
+	n.s.w.after(took, n, func() {
 		err := j.Run()
 		n.rn.Synced(j, err)
 		n.flush()

@@ -61,6 +61,10 @@ type Config struct {
 	// noHello runs the servers' groups without their hello on start, to
 	// replay a seed on the course it took when it was recorded.
 	noHello bool
+	// syncPerJob times a sync job as one fsync whatever its logs (the
+	// disk model before it charged per raftnode.ConcurrentSyncs logs), to
+	// replay a seed on the course it took when it was recorded.
+	syncPerJob bool
 	// NoBuggify switches every BUGGIFY site off.
 	NoBuggify bool
 	// Weights override the nemesis weights by fault kind (0 disables).

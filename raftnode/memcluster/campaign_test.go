@@ -1,6 +1,7 @@
 package memcluster
 
 import (
+	"fmt"
 	"testing"
 	"testing/cryptotest"
 
@@ -101,4 +102,92 @@ func TestHelloAgainOnceConnected(t *testing.T) {
 	c.Node(back).Raft.Hello()
 	c.Node(back).Raft.Flush()
 	requireLeaderKnownSoon(t, c, l, back)
+}
+
+// TestRestartWithSlowSyncs: a server leading a third of many groups stops
+// and comes back while the two left are taking its groups over, on disks
+// that take a step per fsynced log (about 30 fsyncs an election timeout
+// for 300 groups). Every group is led again within 30 election timeouts,
+// in a few terms. Before campaigns stretched their clocks past the bound,
+// the bound adapted to elections that time out, and pre-vote answers
+// stopped costing an fsync each, the rounds outlasted the timeouts and the
+// groups never got a leader (terms in the hundreds).
+func TestRestartWithSlowSyncs(t *testing.T) {
+	for seed := uint64(1); seed <= 3; seed++ {
+		for _, back := range []int{0, 10, 20} { // ticks after the stop: within the succession
+			t.Run(fmt.Sprintf("seed %d back after %d ticks", seed, back), func(t *testing.T) {
+				restartWithSlowSyncs(t, seed, back)
+			})
+		}
+	}
+}
+
+func restartWithSlowSyncs(t *testing.T, seed uint64, back int) {
+	cryptotest.SetGlobalRandom(t, seed)
+	const groups, bound = 300, 16
+	c := quiescedCluster(t, groups, func(cfg *Config) { cfg.Seed, cfg.Core.MaxCampaigns = seed, bound })
+	c.cfg.SyncLogsPerStep = 1
+	c.cfg.Delay = 0.5
+	var before uint64
+	for _, g := range c.cfg.Groups {
+		l := c.Leader(g)
+		st, _ := l.Raft.Status(g)
+		before = max(before, st.Term)
+	}
+	c.Crash(3)
+	require.NoError(t, c.Run(back*c.cfg.TickEvery))
+	require.NoError(t, c.Restart(3))
+	ok, err := c.RunUntil(30*electionTick*c.cfg.TickEvery, func() bool {
+		for _, g := range c.cfg.Groups {
+			if c.Leader(g) == nil {
+				return false
+			}
+		}
+		return true
+	})
+	require.NoError(t, err)
+	var after uint64
+	for _, g := range c.cfg.Groups {
+		for _, nd := range c.Nodes() {
+			st, _ := nd.Raft.Status(g)
+			after = max(after, st.Term)
+		}
+	}
+	require.True(t, ok, "every group led again within 30 election timeouts (terms %d -> %d)", before, after)
+	require.LessOrEqual(t, after, before+6, "terms")
+}
+
+// TestCampaignsBehindDoNotDeadlock: with a bound of one campaign, the only
+// replicas left of two groups each campaign in the group where their log
+// is behind: each is refused by the other, whose follower there knows no
+// leader and waited for the bound, and nothing else answers (the third
+// server is down). The replica whose log is ahead runs anyway, wins, and
+// frees its server's place; before, neither ever did.
+func TestCampaignsBehindDoNotDeadlock(t *testing.T) {
+	cryptotest.SetGlobalRandom(t, 1)
+	c := quiescedCluster(t, 2, func(cfg *Config) { cfg.Core.MaxCampaigns = 1 })
+	lead := func(g, id uint64) {
+		if l := c.Leader(g); l.ID != id {
+			l.Raft.TransferLeader(g, id)
+			l.Raft.Flush()
+		}
+		ok, err := c.RunUntil(200*c.cfg.TickEvery, func() bool { l := c.Leader(g); return l != nil && l.ID == id })
+		require.NoError(t, err)
+		require.True(t, ok, "n%d leads g%d", id, g)
+	}
+	lead(1, 3)
+	lead(2, 2)
+	c.Crash(1)
+	c.Partition(2, 3)
+	c.Propose(c.Node(3), 1, []byte("only on n3")) // n2 falls behind in g1
+	c.Propose(c.Node(2), 2, []byte("only on n2")) // n3 falls behind in g2
+	ok, err := c.RunUntil(10*electionTick*c.cfg.TickEvery, func() bool { return c.Leader(1) == nil && c.Leader(2) == nil })
+	require.NoError(t, err)
+	require.True(t, ok, "the leaders step down, cut off")
+	c.Heal()
+	ok, err = c.RunUntil(20*electionTick*c.cfg.TickEvery, func() bool { return c.Leader(1) != nil && c.Leader(2) != nil })
+	require.NoError(t, err)
+	require.True(t, ok, "both groups led again")
+	require.Equal(t, uint64(3), c.Leader(1).ID)
+	require.Equal(t, uint64(2), c.Leader(2).ID)
 }

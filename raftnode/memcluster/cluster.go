@@ -42,6 +42,11 @@ type Config struct {
 	Delay    float64
 	// DiskDelay is the probability a node's pending disk work waits another step.
 	DiskDelay float64
+	// SyncLogsPerStep, when > 0, makes a sync job cost its fsyncs: a job
+	// syncing n logs keeps the node's disk busy for n/SyncLogsPerStep
+	// steps (rounded up) after it, as a server's syncer takes an fsync's
+	// time per few logs (a vote each, when thousands of groups elect).
+	SyncLogsPerStep int
 	// TickEvery steps, every node ticks once (default 3).
 	TickEvery int
 	Core      raftnode.Config
@@ -80,6 +85,7 @@ type Node struct {
 	Logs  map[uint64]*storage.Log
 	Down  bool
 	jobs  []func() // the engine's disk jobs, carried out at the node's next disk step
+	busy  int      // steps before the disk takes the next job (Config.SyncLogsPerStep)
 	hwm   map[uint64]int64
 	err   error // why the engine stopped (a fail-stop), reported by Step
 	c     *Cluster
@@ -222,7 +228,12 @@ func (d memIO) Write(j *raftnode.WriteJob) {
 
 func (d memIO) Sync(j *raftnode.SyncJob) {
 	n := d.n
-	n.jobs = append(n.jobs, func() { n.Raft.Synced(j, j.Run()) })
+	n.jobs = append(n.jobs, func() {
+		if k := n.c.cfg.SyncLogsPerStep; k > 0 {
+			n.busy = (j.Logs() + k - 1) / k
+		}
+		n.Raft.Synced(j, j.Run())
+	})
 }
 
 func (d memIO) Install(j *raftnode.InstallJob) {
@@ -242,8 +253,12 @@ func (d memIO) Stopped(err error) { d.n.err = fmt.Errorf("node %d stopped: %w", 
 func (n *Node) diskStep() error {
 	jobs := n.jobs
 	n.jobs = nil
-	for _, job := range jobs {
+	for k, job := range jobs {
 		if n.Down || n.err != nil {
+			break
+		}
+		if n.busy > 0 { // the rest wait, before what the engine queued since
+			n.jobs = append(jobs[k:], n.jobs...)
 			break
 		}
 		job()
@@ -274,7 +289,10 @@ func (c *Cluster) fetchEntries(group, peer, from, to uint64) ([]*raftpb.Entry, u
 func (c *Cluster) Step() error {
 	c.steps++
 	for _, n := range c.nodes {
-		if n.Down || len(n.jobs) == 0 || c.disk.Float64() < c.cfg.DiskDelay {
+		if n.busy > 0 {
+			n.busy--
+		}
+		if n.Down || len(n.jobs) == 0 || n.busy > 0 || c.disk.Float64() < c.cfg.DiskDelay {
 			continue
 		}
 		if err := n.diskStep(); err != nil {
@@ -381,7 +399,7 @@ func (c *Cluster) Crash(id uint64) {
 	}
 	c.record("crash n%d", id)
 	n.Down = true
-	n.jobs = nil
+	n.jobs, n.busy = nil, 0
 	n.FS.Crash(n.crash)
 	n.Logs = nil
 	n.Raft = nil
