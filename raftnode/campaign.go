@@ -107,7 +107,8 @@ func campaigning(s raft.StateType) bool {
 // electionPace adapts the campaign bound to what the servers carry, as
 // TCP does its window: every election this server wins raises it by one,
 // up to Config.MaxCampaigns; a candidate that times out halves it, at most
-// once an election timeout. An election round costs a sync per vote on
+// once an election timeout; once no group of the server campaigns, it is
+// Config.MaxCampaigns again. An election round costs a sync per vote on
 // every replica; with as many campaigns as the bound allows and a slow
 // disk, the rounds outlast the election timeout and time out, each only
 // to start again (a livelock). With the bound halved until rounds finish
@@ -115,6 +116,23 @@ func campaigning(s raft.StateType) bool {
 type electionPace struct {
 	limit int    // the bound now
 	next  uint64 // the server's tick from which it may be halved again
+}
+
+// CampaignBound returns the campaign bound now (-1: unbounded).
+func (c *Core) CampaignBound() int {
+	if c.cfg.MaxCampaigns < 0 {
+		return -1
+	}
+	return c.elections.limit
+}
+
+// CampaignBound returns the core's campaign bound now (-1: unbounded or
+// stopped).
+func (n *Node) CampaignBound() int {
+	if n.err != nil {
+		return -1
+	}
+	return n.core.CampaignBound()
 }
 
 // atBound reports whether the server's campaigns have reached the bound.
@@ -138,6 +156,9 @@ func (c *Core) noteRole(g *group, s raft.StateType) {
 	}
 	if campaigning(s) {
 		c.campaigns++
+	}
+	if c.campaigns == 0 {
+		p.limit = c.cfg.MaxCampaigns // no election left: the storm, if any, is over
 	}
 	if s != g.role {
 		g.ahead = false

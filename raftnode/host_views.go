@@ -34,6 +34,15 @@ func (h *Host) Statuses() []GroupStatus {
 	return out
 }
 
+// CampaignBound returns how many elections this server may start at once
+// now: Config.MaxCampaigns, or less while elections time out
+// (campaign.go); -1 when unbounded or stopped.
+func (h *Host) CampaignBound() int {
+	bound := -1
+	_ = h.call(func() { bound = h.node.CampaignBound() })
+	return bound
+}
+
 // Groups returns the hosted group ids, sorted.
 func (h *Host) Groups() []uint64 {
 	h.mu.Lock()

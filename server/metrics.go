@@ -191,7 +191,9 @@ func newRaftCollector(s *Server) *raftCollector {
 	for _, g := range raftGauges {
 		c.descs = append(c.descs, prometheus.NewDesc(g.name, g.help, []string{"stream"}, nil))
 	}
-	c.descs = append(c.descs, prometheus.NewDesc("vdl_server_fail_stopped", "1 once the server fail-stopped (it exits; /health answers 503).", nil, nil))
+	c.descs = append(c.descs, prometheus.NewDesc("vdl_server_fail_stopped", "1 once the server fail-stopped (it exits; /health answers 503).", nil, nil),
+		prometheus.NewDesc("vdl_raft_campaign_bound", "Elections this server may start at once now: max_campaigns, "+
+			"halved while elections time out and grown back by their wins (-1: unbounded).", nil, nil))
 	return c
 }
 
@@ -212,6 +214,7 @@ func (c *raftCollector) Collect(ch chan<- prometheus.Metric) {
 		}
 	}
 	ch <- prometheus.MustNewConstMetric(c.descs[len(raftGauges)], prometheus.GaugeValue, b2f(c.s.host.Err() != nil))
+	ch <- prometheus.MustNewConstMetric(c.descs[len(raftGauges)+1], prometheus.GaugeValue, float64(c.s.host.CampaignBound()))
 }
 
 // groupCollector reports the consumer groups from the coordinator (the

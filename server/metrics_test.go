@@ -20,6 +20,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/vdl-project/vdl/kafka"
+	"github.com/vdl-project/vdl/raftnode"
 )
 
 // TestMetricsAndProfiles produces and consumes through a real cluster
@@ -76,6 +77,7 @@ func TestMetricsAndProfiles(t *testing.T) {
 	require.Equal(t, float64(n), get("vdl_stream_high_watermark", "stream", "s").GetGauge().GetValue())
 	require.Equal(t, 0.0, get("vdl_stream_log_start_offset", "stream", "s").GetGauge().GetValue())
 	require.Equal(t, 0.0, get("vdl_server_fail_stopped").GetGauge().GetValue())
+	require.Equal(t, float64(raftnode.DefaultMaxCampaigns), get("vdl_raft_campaign_bound").GetGauge().GetValue(), "no election timed out")
 	commit := get("vdl_raft_commit_index", "stream", "s").GetGauge().GetValue()
 	require.Positive(t, commit)
 	require.LessOrEqual(t, get("vdl_raft_applied_index", "stream", "s").GetGauge().GetValue(), commit)
@@ -188,7 +190,7 @@ func TestMetricsDocumented(t *testing.T) {
 	m := newMetrics()
 	fams, err := m.reg.Gather()
 	require.NoError(t, err)
-	names := []string{"vdl_server_fail_stopped"}
+	names := []string{"vdl_server_fail_stopped", "vdl_raft_campaign_bound"}
 	for _, f := range fams {
 		names = append(names, f.GetName())
 	}

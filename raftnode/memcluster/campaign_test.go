@@ -137,7 +137,11 @@ func restartWithSlowSyncs(t *testing.T, seed uint64, back int) {
 	c.Crash(3)
 	require.NoError(t, c.Run(back*c.cfg.TickEvery))
 	require.NoError(t, c.Restart(3))
+	least := bound
 	ok, err := c.RunUntil(30*electionTick*c.cfg.TickEvery, func() bool {
+		for _, nd := range c.Nodes() {
+			least = min(least, nd.Raft.CampaignBound())
+		}
 		for _, g := range c.cfg.Groups {
 			if c.Leader(g) == nil {
 				return false
@@ -155,6 +159,20 @@ func restartWithSlowSyncs(t *testing.T, seed uint64, back int) {
 	}
 	require.True(t, ok, "every group led again within 30 election timeouts (terms %d -> %d)", before, after)
 	require.LessOrEqual(t, after, before+6, "terms")
+	if back > 0 { // returning at once, it meets no election in progress
+		require.Less(t, least, bound, "elections timed out, and the bound went down")
+	}
+	ok, err = c.RunUntil(10*electionTick*c.cfg.TickEvery, func() bool {
+		for _, nd := range c.Nodes() {
+			if nd.Raft.CampaignBound() != bound {
+				return false
+			}
+		}
+		return true
+	})
+	require.NoError(t, err)
+	require.True(t, ok, "the bound is back once elections are over")
+	t.Logf("terms %d -> %d, the bound went down to %d", before, after, least)
 }
 
 // TestCampaignsBehindDoNotDeadlock: with a bound of one campaign, the only
