@@ -130,3 +130,21 @@ func TestSimBatch(t *testing.T) {
 	t.Log(b.summary())
 	fmt.Fprintln(os.Stderr, "sim: "+b.summary())
 }
+
+// TestSimManyStreams runs seeds with 60 streams on three servers (one
+// client each): every fault of the batch, with a server's elections,
+// votes and syncs counted in dozens of groups at once — the scale where
+// campaign pacing, the adaptive campaign bound and the disk's cost per
+// fsynced log (disk.go) act.
+func TestSimManyStreams(t *testing.T) {
+	if *flagSeed != 0 {
+		t.Skip("replaying one seed")
+	}
+	for seed := uint64(1); seed <= 10; seed++ {
+		cfg := Config{Seed: seed, Nodes: 3, Streams: 60, Clients: 1}
+		if r := runSeed(t, cfg); !r.OK {
+			report(t, r)
+			t.Errorf("seed %d with 60 streams FAILED: %s", seed, r.Failures[0])
+		}
+	}
+}
