@@ -92,14 +92,28 @@ func (c *Core) propose(group uint64, id ProposalID, e *raftpb.Entry, offsets int
 const maxAppendsInFlight = 2
 
 // proposeQueued steps the group's queued proposals into raft if its disk
-// pipeline has room.
+// pipeline has room and it is not transferring its leadership.
 func (c *Core) proposeQueued(g *group) {
-	if len(g.queued) == 0 || g.waiting != nil || g.appending >= maxAppendsInFlight {
+	if len(g.queued) == 0 || g.waiting != nil || g.appending >= maxAppendsInFlight || c.transferring(g) {
 		return
 	}
 	qs := g.queued
 	g.queued = nil
 	c.proposeNow(g, qs)
+}
+
+// transferring reports whether the group's leader is handing its
+// leadership over. raft drops proposals meanwhile, and takes them again,
+// in the same term, once a transfer it could not finish is abandoned an
+// election timeout later: a proposal refused then (NOT_LEADER: not
+// written) with a later one of the same connection taken after would
+// leave a hole in the connection's writes, where a failed produce must
+// fail every later one (simulator seed 6290, the balancer moving a
+// leader; TestProposalsWaitForATransfer). So proposals wait for the
+// transfer's end in the queue: stepped in order if the leader stays, all
+// refused if it goes.
+func (c *Core) transferring(g *group) bool {
+	return g.role == raft.StateLeader && g.rn.BasicStatus().LeadTransferee != 0
 }
 
 // mergeLimit bounds the entry that small user proposals stepped together

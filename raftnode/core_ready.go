@@ -32,7 +32,7 @@ func (c *Core) AppendDone(group uint64, m *raftpb.Message) {
 		c.sendAll(g, rd.Messages)
 		c.apply(g, rd.CommittedEntries)
 		g.rn.Advance(*rd)
-		if len(g.queued) > 0 {
+		if len(g.queued) > 0 && !c.transferring(g) {
 			qs := g.queued
 			g.queued = nil
 			c.proposeNow(g, qs)

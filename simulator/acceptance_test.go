@@ -66,6 +66,8 @@ func TestRegressionSeeds(t *testing.T) {
 				cfg.DCs, _ = strconv.Atoi(v)
 			case "safety":
 				cfg.Safety, _ = time.ParseDuration(v)
+			case "controlplane":
+				cfg.ControlPlane = true
 			default:
 				t.Fatalf("bad option %q", kv)
 			}
