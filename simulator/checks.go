@@ -93,6 +93,10 @@ func (n *node) checkLogStart() {
 // to campaign, and it counts votes in the membership it knows (seed 1959:
 // the leader's disk was wiped while the other voter had the promotion of
 // the third in its log, not applied, and no one could be elected again).
+// n's own view counts too: as leader it may be the only running replica
+// that applied a demotion (seed 9376: n3 led g2 with voters [2 3] after
+// demoting n1, the other voter was down, n1 had not applied it, and the
+// wipe of n3 left g2 one voter of two).
 func (s *Sim) survivesLoss(n *node) bool {
 	for _, g := range s.groups {
 		if s.leader(g) == nil {
@@ -101,7 +105,7 @@ func (s *Sim) survivesLoss(n *node) bool {
 		// A voter the nemesis is demoting may be a learner any moment.
 		demoted, ok := s.demoted[g]
 		for _, m := range s.nodes {
-			if m == n || m.down {
+			if m.down {
 				continue
 			}
 			st, hosted := m.rn.Status(g)
