@@ -166,10 +166,11 @@ func (p *peerBook) tells(node, group uint64, t raftpb.MessageType) (bool, uint64
 	return p.r.Tells(node, group, t), p.r.Addressee(node)
 }
 
-func (p *peerBook) stale(node uint64) bool {
+// candidate is Roster.Candidate.
+func (p *peerBook) candidate(node uint64, connected bool, conn uint64) (Candidate, uint64) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return p.r.Stale(node)
+	return p.r.Candidate(node, connected, conn)
 }
 
 func (p *peerBook) members(group uint64) (voters, learners []uint64, ok bool) {

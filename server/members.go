@@ -107,8 +107,8 @@ func (s *Server) memberChange(w http.ResponseWriter, r *http.Request, c MemberCh
 	if !ok {
 		return
 	}
-	dir, known := s.peers.get(id)
-	cand := Candidate{ID: id, DirKnown: known, Stale: s.peers.stale(id), Connected: s.transport.Stats()[id].Connected}
+	ps := s.transport.Stats()[id]
+	cand, dir := s.peers.candidate(id, ps.Connected, ps.Dir)
 	if err := CheckMemberChange(c, gs, st.cfg.Name, cand, s.cfg.NodeID); err != nil {
 		jsonError(w, err.Code, "%s", err.Msg)
 		return

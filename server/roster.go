@@ -148,6 +148,27 @@ func (r *Roster) Stale(node uint64) bool {
 	return ok && d != r.dirs[node]
 }
 
+// Candidate is what a leader knows of node for a membership change
+// (CheckMemberChange), given its raft stream to node: whether it is up
+// (connected) and the data dir node presented at its handshake (conn).
+// dir is the data dir a change adding or promoting node names.
+//
+// A node that left every group here is forgotten while its stream may stay
+// up: no handshake records its dir again until the stream breaks. The dir
+// it presented on that stream is then the one it has — what a new
+// handshake would record first-hand — and the change names it. Before, a
+// leader that had forgotten the server it was asked to add back refused it
+// as not connected for as long as the stream lived: a move back stalled
+// (TestControlledMoveBackAndForth, when the leader hosted no other group
+// with that server).
+func (r *Roster) Candidate(node uint64, connected bool, conn uint64) (c Candidate, dir uint64) {
+	dir, known := r.Dir(node)
+	if !known && connected && conn != 0 {
+		dir, known = conn, true
+	}
+	return Candidate{ID: node, DirKnown: known, Stale: r.Stale(node), Connected: connected}, dir
+}
+
 // Dir returns node's data dir, if known.
 func (r *Roster) Dir(node uint64) (uint64, bool) {
 	d, ok := r.dirs[node]

@@ -5,6 +5,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 	"go.etcd.io/raft/v3/raftpb"
+
+	"github.com/vdl-project/vdl/raftnode"
 )
 
 // The roster refuses a peer that comes back with another data dir, until
@@ -182,4 +184,29 @@ func TestRosterInstallAcrossARemoveAndReAdd(t *testing.T) {
 	require.False(t, r.Applied(1, 1, cs, MemberContext(4, 0x44)), "node 4 was added and removed again")
 	_, known := r.Dir(4)
 	require.False(t, known)
+}
+
+// A server that left every group here is forgotten while its raft stream
+// stays up: a leader asked to add it back takes the dir it presented on
+// that stream (no new handshake records it), and one whose stream is down
+// waits for it. Before, the leader refused it as not connected for as
+// long as the stream lived, and a move back stalled.
+func TestRosterCandidateForgottenWhileConnected(t *testing.T) {
+	r := NewRoster(map[uint64]uint64{2: 0x22, 4: 0x44})
+	r.Hosted(1, &raftpb.ConfState{Voters: []uint64{1, 2, 3}})
+	require.True(t, r.Applied(3, 1, &raftpb.ConfState{Voters: []uint64{1, 3, 4}}, nil), "node 2 left: forgotten")
+
+	c, dir := r.Candidate(2, true, 0x22)
+	require.Equal(t, Candidate{ID: 2, DirKnown: true, Connected: true}, c)
+	require.Equal(t, uint64(0x22), dir, "the dir on the stream that stayed up")
+	require.Nil(t, CheckMemberChange(AddLearner, raftnode.GroupStatus{Voters: []uint64{1, 3, 4}}, "orders", c, 3))
+
+	c, dir = r.Candidate(2, false, 0)
+	require.False(t, c.DirKnown)
+	require.Zero(t, dir)
+	require.NotNil(t, CheckMemberChange(AddLearner, raftnode.GroupStatus{Voters: []uint64{1, 3, 4}}, "orders", c, 3), "not connected: wait")
+
+	c, dir = r.Candidate(4, true, 0x44)
+	require.Equal(t, Candidate{ID: 4, DirKnown: true, Connected: true}, c)
+	require.Equal(t, uint64(0x44), dir, "known: the roster's dir")
 }

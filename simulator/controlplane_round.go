@@ -396,8 +396,8 @@ func (c *controlPlane) memberChange(leader, g uint64, stream string, ch server.M
 	if !ok {
 		return
 	}
-	dir, known := l.roster.Dir(id)
-	cand := server.Candidate{ID: id, DirKnown: known, Stale: l.roster.Stale(id), Connected: s.node(id) != nil && l.connected(s.node(id), dir)}
+	up, conn := l.connected(s.node(id))
+	cand, dir := l.roster.Candidate(id, up, conn)
 	if err := server.CheckMemberChange(ch, gs, stream, cand, l.id); err != nil {
 		s.w.record("config: %s g%d %v n%d not now: %v", stream, g, ch.ConfChange(), id, err)
 		return

@@ -96,4 +96,11 @@ func (s *Sim) closeToClient(sc *sconn) {
 	s.w.at(t, nil, func() { c.broken("closed by server") })
 }
 
-func (s *Sim) cutLink(a, b uint64, d int) { s.cut[[2]uint64{a, b}] += d }
+// cutLink adds d to the cuts of a's messages to b; a cut breaks the
+// streams between them.
+func (s *Sim) cutLink(a, b uint64, d int) {
+	s.cut[[2]uint64{a, b}] += d
+	if d > 0 {
+		s.breakLinks(a, b)
+	}
+}

@@ -38,6 +38,7 @@ type node struct {
 	inc    int                  // incarnation: bumped at every crash and restart
 	held   []*event             // events that arrived while paused
 	outq   map[uint64]*outQueue // the transport's queues to peers whose stream broke (queue.go)
+	links  map[uint64]link      // its raft streams to peers (links.go)
 
 	slowTill  int64 // fsyncs are slow until then (nemesis)
 	slowClock int   // > 1: ticks come this many times slower (nemesis)
@@ -286,7 +287,7 @@ func (n *node) stop(powerLoss bool) {
 	}
 	n.down = true
 	n.inc++
-	n.rn, n.logs, n.held, n.futures, n.backend, n.outq = nil, nil, nil, nil, nil, nil
+	n.rn, n.logs, n.held, n.futures, n.backend, n.outq, n.links = nil, nil, nil, nil, nil, nil, nil
 	n.paused = false
 	conns := n.conns
 	n.conns = nil

@@ -75,7 +75,7 @@ func (s *Sim) redial(from, to *node, q *outQueue) {
 		}
 	}
 	if up {
-		from.admits(to) // the handshake (a refused dir is still connected to)
+		from.link(to) // the handshake (a refused dir is still connected to)
 		s.w.record("n%d redials n%d (data dir %016x): %d queued messages, %d of them for another data dir", from.id, to.id, to.dirID, len(msgs), stale)
 		if stale > 0 {
 			s.w.faults["queued-for-another-dir"]++

@@ -37,61 +37,6 @@ type replacement struct {
 	pending map[uint64]int64 // groups with a change in flight, until when (a crashed leader never answers)
 }
 
-// admits is the raft handshake on n's end: it records p's data dir, and
-// reports whether p presents the one n knows it by.
-func (n *node) admits(p *node) bool {
-	_, err := n.roster.Admit(p.id, p.dirID)
-	return err == nil
-}
-
-// tells reports whether n sends a message of type t in group to p (the
-// handshake records p's dir first): a peer with another data dir than the
-// one n knows is told only answers, and one that left the group no
-// requests (server.Roster.Tells). A process that is down presents no data
-// dir: n goes by what it knew (a wiped server's new dir is learned only
-// when it runs again, and what n sends it meanwhile may wait in n's
-// transport queue: queue.go).
-func (n *node) tells(p *node, group uint64, t raftpb.MessageType) bool {
-	if !p.down {
-		n.admits(p)
-	}
-	return n.roster.Tells(p.id, group, t)
-}
-
-// hears reports whether n hears a message of type t from p: a peer with
-// another data dir than the one n knows is heard only as a leader or a
-// candidate (server.Roster.Hears).
-func (n *node) hears(p *node, t raftpb.MessageType) bool {
-	n.admits(p)
-	return n.roster.Hears(p.id, t)
-}
-
-// connected reports whether n's raft connection to p is up: p runs, n
-// reaches it, and the handshake accepted the data dir n knows it by (as
-// the transport's PeerStats.Connected).
-func (n *node) connected(p *node, dir uint64) bool {
-	s := n.s
-	return !p.down && !p.paused && s.cut[[2]uint64{n.id, p.id}] == 0 && p.dirID == dir
-}
-
-// handshakes models the transports' connections, dialed eagerly and
-// redialed every few hundred ms: every pair of running servers that can
-// reach each other meets, so each learns (or refuses) the other's data dir
-// even when no raft message flows between them.
-func (s *Sim) handshakes() {
-	for _, a := range s.nodes {
-		for _, b := range s.nodes {
-			if a == b || a.down || b.down || a.paused || b.paused || s.cut[[2]uint64{a.id, b.id}] > 0 {
-				continue
-			}
-			if !b.admits(a) || !a.admits(b) {
-				s.w.faults["peer-dir-changed"]++
-			}
-		}
-	}
-	s.w.after(300*time.Millisecond, nil, s.handshakes)
-}
-
 // wipe is the nemesis' disk replacement: n loses its disk and restarts on
 // an empty one, then the replacement starts.
 func (s *Sim) wipe(n *node, d time.Duration) {
@@ -150,8 +95,8 @@ func (s *Sim) stepReplacement() {
 			c = server.Promote
 		}
 		done = false
-		dir, known := l.roster.Dir(id)
-		cand := server.Candidate{ID: id, DirKnown: known, Stale: l.roster.Stale(id), Connected: l.connected(r.n, dir)}
+		up, conn := l.connected(r.n)
+		cand, dir := l.roster.Candidate(id, up, conn)
 		if err := server.CheckMemberChange(c, gs, s.streams[slices.Index(s.groups, g)], cand, l.id); err != nil {
 			s.w.record("replacement of n%d: g%d %v not now: %v", id, g, c.ConfChange(), err)
 			continue // not now (no quorum, not caught up, not connected yet): retried

@@ -62,6 +62,8 @@ func TestQueuedMessageNotWrittenToAnotherDataDir(t *testing.T) {
 	require.Equal(t, []uint64{1, 2, 3}, got, "the heartbeat meant for data dir 22 went to data dir 99")
 	st := a.Stats()[2]
 	require.Equal(t, uint64(1), st.DroppedStale)
+	require.True(t, st.Connected)
+	require.Equal(t, uint64(99), st.Dir, "the data dir presented at the stream's handshake")
 	// Reported from the sender's goroutine, which may not have got there
 	// when the frames after it arrive.
 	require.Eventually(t, func() bool { return a.un.called(1, 2) }, waitFor, time.Millisecond, "the dropped message is reported unreachable")

@@ -72,6 +72,7 @@ type peer struct {
 	conn    net.Conn // current outgoing connection, closed by stop
 
 	state    atomic.Int32
+	dir      atomic.Uint64 // the data dir the peer presented on the current stream
 	maxFrame atomic.Uint32 // min(our MaxFrameBytes, the peer's)
 	inbound  atomic.Int32  // established streams from the peer to us
 
@@ -98,9 +99,15 @@ func (p *peer) stats() PeerStats {
 	p.mu.Lock()
 	addr := p.addr
 	p.mu.Unlock()
+	connected := p.state.Load() == stateConnected
+	var dir uint64
+	if connected {
+		dir = p.dir.Load()
+	}
 	return PeerStats{
 		Addr:         addr,
-		Connected:    p.state.Load() == stateConnected,
+		Connected:    connected,
+		Dir:          dir,
 		Inbound:      p.inbound.Load() > 0,
 		QueuedBytes:  p.queued.Load(),
 		SentFrames:   p.sentFrames.Load(),
@@ -278,6 +285,7 @@ func (p *peer) run() {
 			p.reconnects.Add(1)
 		}
 		connectedBefore = true
+		p.dir.Store(dir)
 		p.state.Store(stateConnected)
 		log.Info("connected to peer", "addr", addr)
 		connectedAt := time.Now()

@@ -130,9 +130,10 @@ func (e *RejectedError) Error() string {
 // PeerStats describes one peer of the address book.
 type PeerStats struct {
 	Addr         string
-	Connected    bool  // our outgoing stream to the peer is established
-	Inbound      bool  // the peer's stream to us is established
-	QueuedBytes  int64 // bytes queued or being written to the peer
+	Connected    bool   // our outgoing stream to the peer is established
+	Dir          uint64 // the data dir id the peer presented at that stream's handshake (0: not connected)
+	Inbound      bool   // the peer's stream to us is established
+	QueuedBytes  int64  // bytes queued or being written to the peer
 	SentFrames   uint64
 	SentBytes    uint64 // wire bytes, frame headers included
 	RecvFrames   uint64
