@@ -64,6 +64,9 @@ type quietGroup struct {
 	lead   uint64
 	peers  []uint64
 	dead   []uint64
+	// slept are the dead replicas it went on sleeping without when their
+	// server fell silent (sleepWithout): they had its whole log then.
+	slept []uint64
 	// at is the node tick up to which the group's own tick count is
 	// brought (syncTicks): Tick skips quiesced groups.
 	at uint64
@@ -98,7 +101,37 @@ func (c *Core) Quiesced(group uint64) bool { return c.q.quiet[group] != nil }
 func (c *Core) heardFrom(peer uint64) {
 	if _, ok := c.q.peers[peer]; ok {
 		c.q.heard[peer] = c.q.ticks
-		delete(c.q.expired, peer)
+		if c.q.expired[peer] {
+			delete(c.q.expired, peer)
+			c.peerBack(peer)
+		}
+	}
+}
+
+// peerBack takes a server heard from again after a silence (or followed
+// again, by a group that quiesced with it) back into the quiesced groups
+// that slept on without it (sleepWithout), without waking them: its replica had their whole log, and nothing was written since.
+// If its process restarted meanwhile, its replica is awake and its first
+// message in the group (a pre-vote, once its election timer runs out)
+// wakes the group; if it only stalled (a paused process, a one-way
+// partition), its quiesced replica kept hearing this server's liveness
+// heartbeats and never sends anything in the group — before, the group
+// counted it dead for as long as it slept: the replica was reported
+// inactive, so the balancer never moved an idle stream's leader back to
+// it (simulator seed 850: a paused server in the preferred DC).
+func (c *Core) peerBack(peer uint64) {
+	for _, id := range c.ids {
+		q := c.q.quiet[id]
+		if q == nil || !q.leader || !slices.Contains(q.slept, peer) {
+			continue
+		}
+		drop := func(p uint64) bool { return p == peer }
+		q.slept = slices.DeleteFunc(slices.Clone(q.slept), drop)
+		q.dead = slices.DeleteFunc(slices.Clone(q.dead), drop)
+		q.peers = append(slices.Clone(q.peers), peer)
+		slices.Sort(q.peers)
+		q.status = nil
+		c.q.peers[peer]++
 	}
 }
 
@@ -197,6 +230,7 @@ func (c *Core) sleepWithout(g *group, q *quietGroup, peer uint64) bool {
 	q.peers = slices.DeleteFunc(slices.Clone(q.peers), func(p uint64) bool { return p == peer })
 	q.dead = append(slices.Clone(q.dead), peer)
 	slices.Sort(q.dead)
+	q.slept = append(slices.Clone(q.slept), peer)
 	q.status = nil
 	c.unpeer(peer)
 	return true
@@ -313,15 +347,28 @@ func (c *Core) quiesce(g *group, q *quietGroup, heard func(peer uint64) uint64) 
 	q.at = c.q.ticks
 	c.q.quiet[g.id] = q
 	c.awake = nil
+	var back []uint64
 	for _, p := range q.peers {
+		untracked := c.q.peers[p] == 0
 		c.q.peers[p]++
 		// The group's own record of p, in group ticks, is as recent as
 		// (ticks - (g.ticks - heard)) node ticks.
 		at := c.q.ticks - min(c.q.ticks, g.ticks-min(g.ticks, heard(p)))
 		if h, ok := c.q.heard[p]; !ok || at > h {
 			c.q.heard[p] = at
+			if c.q.expired[p] {
+				untracked = true
+			}
 			delete(c.q.expired, p)
 		}
+		if untracked && !c.q.expired[p] {
+			back = append(back, p)
+		}
+	}
+	// A peer whose liveness was not followed (or had lapsed) is alive:
+	// the groups that slept on without it count it back too.
+	for _, p := range back {
+		c.peerBack(p)
 	}
 }
 

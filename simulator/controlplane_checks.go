@@ -66,7 +66,12 @@ func (c *controlPlane) unsettled() string {
 		// lists the stream as refused then).
 		there := slices.ContainsFunc(st.Replicas, func(id uint64) bool { return fmt.Sprintf("dc%d", s.node(id).dc) == st.PreferredDC })
 		if st.PreferredDC != "" && there && fmt.Sprintf("dc%d", l.dc) != st.PreferredDC {
-			return fmt.Sprintf("%s: leader n%d in dc%d, preferred %s", name, l.id, l.dc, st.PreferredDC)
+			var progress []string // why the balancer would not move it
+			for _, id := range slices.Sorted(maps.Keys(gs.Progress)) {
+				pr := gs.Progress[id]
+				progress = append(progress, fmt.Sprintf("n%d match %d %s", id, pr.Match, pr.State))
+			}
+			return fmt.Sprintf("%s: leader n%d in dc%d, preferred %s (commit %d; %s)", name, l.id, l.dc, st.PreferredDC, gs.Commit, strings.Join(progress, ", "))
 		}
 	}
 	return ""

@@ -422,6 +422,14 @@ func (c *Cluster) Partition(a, b uint64) {
 	c.record("partition n%d n%d", a, b)
 }
 
+// Cut drops what from sends to; to's messages still reach from (a
+// one-way partition; also what a paused process looks like to its peers,
+// which it keeps hearing: their messages wait in its socket).
+func (c *Cluster) Cut(from, to uint64) {
+	c.cut[[2]uint64{from, to}] = true
+	c.record("cut n%d -> n%d", from, to)
+}
+
 // Isolate cuts node id off from every other node.
 func (c *Cluster) Isolate(id uint64) {
 	for _, n := range c.nodes {

@@ -1,0 +1,68 @@
+package memcluster
+
+import (
+	"testing"
+	"testing/cryptotest"
+
+	"github.com/stretchr/testify/require"
+)
+
+// TestQuiescedReplicaBackAfterAStall: a follower's server stalls (a paused
+// process, a one-way partition): its peers hear nothing from it for more
+// than an election timeout, so the quiesced groups led elsewhere sleep on
+// without it, while it keeps hearing their leaders' liveness heartbeats
+// and its own replicas stay asleep, sending nothing in the groups. Once
+// it is heard again, the leaders count it back without waking the
+// groups. Before, it stayed dead in them for as long as they slept:
+// reported inactive, so the balancer never moved an idle stream's leader
+// to it (simulator seed 850, a paused server in the preferred DC).
+func TestQuiescedReplicaBackAfterAStall(t *testing.T) {
+	cryptotest.SetGlobalRandom(t, 1)
+	c := quiescedCluster(t, 2)
+	l := c.Leader(1)
+	require.NotNil(t, l)
+	// f leads group 2: l's server, a follower there, keeps sending it
+	// liveness heartbeats while it stalls.
+	f := c.Leader(2).ID
+	if f == l.ID {
+		for _, n := range c.Nodes() {
+			if n.ID != l.ID && f == l.ID {
+				f = n.ID
+			}
+		}
+		l.Raft.TransferLeader(2, f)
+		l.Raft.Flush()
+		ok, err := c.RunUntil(2000, func() bool { nl := c.Leader(2); return nl != nil && nl.ID == f })
+		require.NoError(t, err)
+		require.True(t, ok)
+		require.NoError(t, c.Run(20*c.cfg.TickEvery))
+		require.True(t, l.Raft.Quiesced(1) && l.Raft.Quiesced(2), "settled again")
+	}
+	for _, n := range c.Nodes() {
+		if n.ID != f {
+			c.Cut(f, n.ID)
+		}
+	}
+	require.NoError(t, c.Run(3*electionTick*c.cfg.TickEvery))
+	st, ok := l.Raft.Status(1)
+	require.True(t, ok)
+	require.False(t, st.Progress[f].RecentActive, "silent for three election timeouts: dead")
+	require.True(t, l.Raft.Quiesced(1), "the group sleeps on without it")
+	require.True(t, c.Node(f).Raft.Quiesced(1), "its replica still hears its leader: asleep")
+
+	c.Heal()
+	require.NoError(t, c.Run(2*electionTick*c.cfg.TickEvery))
+	require.True(t, l.Raft.Quiesced(1), "counted back without waking")
+	require.True(t, c.Node(f).Raft.Quiesced(1))
+	st, ok = l.Raft.Status(1)
+	require.True(t, ok)
+	require.True(t, st.Progress[f].RecentActive, "heard again: active")
+	require.Len(t, st.InSync, 3)
+
+	// And the group still works with it.
+	id := c.Propose(l, 1, []byte("after the stall"))
+	ok, err := c.RunUntil(1000, func() bool { _, done := c.Results[id]; return done })
+	require.NoError(t, err)
+	require.True(t, ok)
+	require.NoError(t, c.Results[id].Err)
+}
