@@ -85,6 +85,7 @@ func handleProduce(s *Session, sl *slot, kreq kmsg.Request, now int64) {
 				part.setError(code, msg)
 				continue
 			}
+			recs.Chain, s.chained = s.chain, true
 			s.nextToken++
 			part.token = s.nextToken
 			s.produces[part.token] = part

@@ -182,3 +182,28 @@ func TestLegacyProduceRoundTrip(t *testing.T) {
 	require.NotEmpty(t, p.RecordBatches)
 	require.Equal(t, int8(1), int8(p.RecordBatches[16]))
 }
+
+// A connection's produces go out in one chain, another connection's in
+// another, and closing the session ends its chain, once: the backend
+// refuses what follows a failed produce of a chain (raftnode.Chain), which
+// the session submitted before it learned of the failure.
+func TestProduceChainPerConnection(t *testing.T) {
+	h := newHarness(t, kafka.Config{})
+	h.send(produceReq(5, -1, "a", makeBatch(t, 0, -1, 1, "one")))
+	h.send(produceReq(5, -1, "b", makeBatch(t, 0, -1, 1, "two")))
+	require.Len(t, h.take(), 2)
+	other := newHarnessOn(t, h.be)
+	other.send(produceReq(5, -1, "a", makeBatch(t, 0, -1, 1, "three")))
+	require.Len(t, other.take(), 1)
+
+	produced, ended := h.be.Chains()
+	require.Len(t, produced, 3)
+	require.NotZero(t, produced[0])
+	require.Equal(t, produced[0], produced[1], "one connection, one chain")
+	require.NotEqual(t, produced[0], produced[2], "another connection, another chain")
+	require.Empty(t, ended)
+	h.s.Close()
+	h.s.Close()
+	_, ended = h.be.Chains()
+	require.Equal(t, []uint64{produced[0]}, ended, "ended once, when the connection closed")
+}

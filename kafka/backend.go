@@ -38,6 +38,12 @@ type StreamInfo struct {
 type Records struct {
 	Batches []byte
 	Offsets int64
+	// Chain is the connection's produce chain (0: none): once one of its
+	// produces fails, the backend refuses the later ones, which the
+	// session had submitted before it learned of the failure (a failed
+	// produce fails every later request on its connection; see
+	// raftnode.Chain). The session ends it with Backend.EndChain.
+	Chain uint64
 }
 
 // Produced is where a produce landed.
@@ -66,6 +72,9 @@ type Backend interface {
 	// connection's loop. records is not modified by the front end after
 	// the call (the backend may stamp base offsets into it).
 	Produce(stream string, records Records, done func(Produced, error))
+	// EndChain forgets a produce chain (Records.Chain): its connection
+	// closed.
+	EndChain(chain uint64)
 
 	// Retain deletes a stream's records below before through Raft (whole
 	// segments, never the active one, never above the commit); done is

@@ -352,6 +352,7 @@ func (c *conn) loop() {
 		c.log.Error("cannot start kafka session", "err", err)
 		return
 	}
+	defer sess.Close()
 	sess.SetVectored(true)
 	if host, _, err := net.SplitHostPort(c.nc.RemoteAddr().String()); err == nil {
 		sess.SetClientHost("/" + host)

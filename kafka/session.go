@@ -2,6 +2,7 @@ package kafka
 
 import (
 	"fmt"
+	"sync/atomic"
 
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
@@ -88,6 +89,9 @@ type Session struct {
 	closeNow  bool
 	reason    string
 	nextToken ProduceToken
+	chain     uint64 // the produce chain (Records.Chain)
+	chained   bool   // a produce went out in it
+	closed    bool
 	produces  map[ProduceToken]completer
 
 	groups     *Groups
@@ -171,7 +175,22 @@ func NewSessionWithGroups(cfg Config, be Backend, g *Groups, notify func(Complet
 	if cfg.SASL != nil {
 		prof = prof.withSASL()
 	}
-	return &Session{cfg: cfg, prof: prof, be: be, notify: notify, produces: map[ProduceToken]completer{}, groups: g}, nil
+	return &Session{cfg: cfg, prof: prof, be: be, notify: notify, produces: map[ProduceToken]completer{}, groups: g,
+		chain: nextChain.Add(1)}, nil
+}
+
+// nextChain numbers sessions' produce chains (Records.Chain) uniquely in
+// the process. The numbers only name chains: nothing depends on their
+// values or order.
+var nextChain atomic.Uint64
+
+// Close ends the session: the driver calls it once the connection is
+// gone. It forgets the session's produce chain.
+func (s *Session) Close() {
+	if s.chained && !s.closed {
+		s.be.EndChain(s.chain)
+	}
+	s.closed = true
 }
 
 // SetVectored makes Take return the output as pieces in Output.Vec, a

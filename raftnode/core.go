@@ -189,6 +189,8 @@ type Core struct {
 	campaigns int
 	// elections adapts the campaign bound to what the servers carry.
 	elections electionPace
+	// chains refuses what follows a failed proposal of a connection.
+	chains chains
 }
 
 // NewCore returns a core with no groups.
@@ -227,7 +229,15 @@ func (c *Core) TakeEffects() []Effect {
 	return e
 }
 
-func (c *Core) emit(e Effect) { c.effects = append(c.effects, e) }
+func (c *Core) emit(e Effect) {
+	if d, ok := e.(Complete); ok {
+		c.chains.settle(d)
+	}
+	c.effects = append(c.effects, e)
+}
+
+// EndChain forgets a chain whose connection closed (Chain).
+func (c *Core) EndChain(chain Chain) { c.chains.end(chain) }
 
 // Groups returns the ids of the hosted groups, sorted.
 func (c *Core) Groups() []uint64 { return slices.Clone(c.ids) }

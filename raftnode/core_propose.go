@@ -34,8 +34,13 @@ func (c *Core) Propose(group uint64, id ProposalID, data []byte) {
 // ProposeRecords proposes a user entry of whole v2 batches that the caller
 // validated and counted (offsets): the batches are not walked again here.
 // The count is checked when the entry is applied, against the offsets the
-// storage stamped (group.resolve).
-func (c *Core) ProposeRecords(group uint64, id ProposalID, batches []byte, offsets int64) {
+// storage stamped (group.resolve). It is refused if an earlier proposal
+// of its chain failed (Chain).
+func (c *Core) ProposeRecords(group uint64, id ProposalID, batches []byte, offsets int64, chain Chain) {
+	if !c.chains.admit(id, chain) {
+		c.emit(Complete{Group: group, ID: id, Err: ErrChainFailed})
+		return
+	}
 	if c.diskFull {
 		c.emit(Complete{Group: group, ID: id, Err: ErrDiskFull})
 		return

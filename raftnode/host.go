@@ -409,11 +409,14 @@ func (h *Host) ProposeFunc(group uint64, data []byte, done func(Result, error)) 
 	return h.submit(done, func(id ProposalID) { h.node.Propose(group, id, data) })
 }
 
-// ProposeRecordsFunc proposes validated v2 batches taking offsets offsets
-// (Core.ProposeRecords); done as for ProposeFunc.
-func (h *Host) ProposeRecordsFunc(group uint64, batches []byte, offsets int64, done func(Result, error)) error {
-	return h.submit(done, func(id ProposalID) { h.node.ProposeRecords(group, id, batches, offsets) })
+// ProposeRecordsFunc proposes validated v2 batches taking offsets offsets,
+// in chain (Core.ProposeRecords); done as for ProposeFunc.
+func (h *Host) ProposeRecordsFunc(group uint64, batches []byte, offsets int64, chain Chain, done func(Result, error)) error {
+	return h.submit(done, func(id ProposalID) { h.node.ProposeRecords(group, id, batches, offsets, chain) })
 }
+
+// EndChain forgets a chain whose connection closed (Chain).
+func (h *Host) EndChain(chain Chain) { _ = h.do(func() { h.node.EndChain(chain) }) }
 
 // ProposeConfChange proposes a membership change and waits for it to apply.
 func (h *Host) ProposeConfChange(ctx context.Context, group uint64, cc *raftpb.ConfChangeV2) error {

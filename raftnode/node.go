@@ -201,15 +201,18 @@ func (n *Node) Propose(group uint64, id ProposalID, data []byte) {
 	n.core.Propose(group, id, data)
 }
 
-// ProposeRecords proposes validated v2 batches taking offsets offsets
-// (Core.ProposeRecords); the outcome is a Complete with id.
-func (n *Node) ProposeRecords(group uint64, id ProposalID, batches []byte, offsets int64) {
+// ProposeRecords proposes validated v2 batches taking offsets offsets, in
+// chain (Core.ProposeRecords); the outcome is a Complete with id.
+func (n *Node) ProposeRecords(group uint64, id ProposalID, batches []byte, offsets int64, chain Chain) {
 	if n.err != nil {
 		n.d.Complete(Complete{Group: group, ID: id, Err: n.err})
 		return
 	}
-	n.core.ProposeRecords(group, id, batches, offsets)
+	n.core.ProposeRecords(group, id, batches, offsets, chain)
 }
+
+// EndChain forgets a chain whose connection closed (Core.EndChain).
+func (n *Node) EndChain(chain Chain) { n.core.EndChain(chain) }
 
 // ProposeConfChange proposes a membership change; the outcome is a
 // Complete with id.

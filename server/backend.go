@@ -23,7 +23,8 @@ type Replication interface {
 	HighWatermark(group uint64) (int64, <-chan struct{}, bool)
 	Status(group uint64) (raftnode.GroupStatus, bool)
 	ProposeFunc(group uint64, data []byte, done func(raftnode.Result, error)) error
-	ProposeRecordsFunc(group uint64, batches []byte, offsets int64, done func(raftnode.Result, error)) error
+	ProposeRecordsFunc(group uint64, batches []byte, offsets int64, chain raftnode.Chain, done func(raftnode.Result, error)) error
+	EndChain(chain raftnode.Chain)
 	Fence(group uint64) *raftnode.Fence
 	// FailStop stops the server for a failure found outside the engine
 	// (corruption found by a read).
@@ -142,7 +143,7 @@ func (b *Backend) Produce(name string, records kafka.Records, done func(kafka.Pr
 		done(failed, err)
 		return
 	}
-	err := b.r.ProposeRecordsFunc(ref.Group, records.Batches, records.Offsets, func(r raftnode.Result, err error) {
+	err := b.r.ProposeRecordsFunc(ref.Group, records.Batches, records.Offsets, raftnode.Chain(records.Chain), func(r raftnode.Result, err error) {
 		if err != nil {
 			done(failed, kafkaError(err))
 			return
@@ -154,6 +155,9 @@ func (b *Backend) Produce(name string, records kafka.Records, done func(kafka.Pr
 		done(failed, kafkaError(err))
 	}
 }
+
+// EndChain forgets a connection's produce chain (kafka.Records.Chain).
+func (b *Backend) EndChain(chain uint64) { b.r.EndChain(raftnode.Chain(chain)) }
 
 // Retain proposes the stream's retention below before (a replicated
 // command), refusing a before above the high watermark; the apply bounds

@@ -45,7 +45,10 @@ func kafkaSentinel(err error) error {
 		return kafka.ErrTimeout
 	case errors.Is(err, raftnode.ErrUnknownGroup): // removed from this server
 		return kafka.ErrUnknownStream
-	case errors.Is(err, raftnode.ErrBackpressure):
+	// Refused behind a failed produce of its connection: not written,
+	// like a produce refused for backpressure (the connection closes
+	// after the failed one anyway, and this answer is never sent).
+	case errors.Is(err, raftnode.ErrBackpressure), errors.Is(err, raftnode.ErrChainFailed):
 		return kafka.ErrBackpressure
 	case errors.Is(err, raftnode.ErrEntryTooLarge):
 		return kafka.ErrTooLarge

@@ -28,6 +28,7 @@ func TestKafkaErrorTranslation(t *testing.T) {
 		{raftnode.ErrUnknownOutcome, kafka.ErrTimeout},
 		{raftnode.ErrUnknownGroup, kafka.ErrUnknownStream},
 		{raftnode.ErrBackpressure, kafka.ErrBackpressure},
+		{raftnode.ErrChainFailed, kafka.ErrBackpressure},
 		{raftnode.ErrEntryTooLarge, kafka.ErrTooLarge},
 		{raftnode.ErrDiskFull, kafka.ErrDiskFull},
 		{fmt.Errorf("%w: offset 9, readable [0, 3]", storage.ErrOutOfRange), kafka.ErrOutOfRange},

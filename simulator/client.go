@@ -235,6 +235,12 @@ func (c *client) nextValue() string {
 		// More than one Raft entry may hold: refused with MESSAGE_TOO_LARGE.
 		value += "-" + strings.Repeat("x", int(s.coreCfg.MaxEntryBytes))
 		s.w.faults["oversized-produce"]++
+	} else if !s.cfg.modelBefore1203 && s.w.bug.fire(c.r, "client.large-values", 0.3) {
+		// With a small uncommitted budget a big produce is refused
+		// (backpressure) where a small one pipelined behind it fits: it
+		// must be refused too (raftnode.Chain).
+		value += "-" + strings.Repeat("y", 300+c.r.IntN(600))
+		s.w.faults["large-value"]++
 	}
 	return value
 }

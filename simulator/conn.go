@@ -1,6 +1,10 @@
 package simulator
 
-import "github.com/vdl-project/vdl/kafka"
+import (
+	"time"
+
+	"github.com/vdl-project/vdl/kafka"
+)
 
 // sconn is the server end of one simulated connection: a kafka.Session
 // driven like the TCP driver drives it (Receive, ProduceDone, Poll, Take).
@@ -18,7 +22,16 @@ type sconn struct {
 func (n *node) accept(c *cconn) (*sconn, error) {
 	sc := &sconn{n: n, c: c}
 	sess, err := kafka.NewSession(n.s.kafkaCfg, n.backend, func(comp kafka.Completion) {
-		n.s.w.at(n.s.w.now, n, func() {
+		// The outcome hops from the host's loop to the connection's (a
+		// channel, another goroutine): requests read meanwhile are
+		// submitted before the session learns of it, as in production,
+		// where a pipelined produce behind a failed one was submitted
+		// before the failure reached the session (raftnode.Chain).
+		hop := 300 * time.Microsecond
+		if n.s.cfg.modelBefore1203 {
+			hop = 0
+		}
+		n.s.w.at(n.s.w.now+int64(durn(n.s.hopR, 0, hop)), n, func() {
 			if !sc.closed {
 				sc.sess.ProduceDone(n.s.w.now, comp)
 				sc.flush()
@@ -106,6 +119,7 @@ func (sc *sconn) close() {
 		return
 	}
 	sc.closed = true
+	sc.sess.Close()
 	for i, x := range sc.n.conns {
 		if x == sc {
 			sc.n.conns = append(sc.n.conns[:i:i], sc.n.conns[i+1:]...)

@@ -85,6 +85,9 @@ func (n *node) connected(p *node) (bool, uint64) {
 // queue: queue.go).
 func (n *node) tells(p *node, group uint64, t raftpb.MessageType) bool {
 	n.link(p)
+	if n.s.cfg.modelBefore1203 && !p.down {
+		n.admits(p)
+	}
 	return n.roster.Tells(p.id, group, t)
 }
 
@@ -93,6 +96,9 @@ func (n *node) tells(p *node, group uint64, t raftpb.MessageType) bool {
 // than the one n knows is heard only as a leader or a candidate
 // (server.Roster.Hears).
 func (n *node) hears(p *node, t raftpb.MessageType) bool {
+	if n.s.cfg.modelBefore1203 {
+		n.admits(p)
+	}
 	return n.roster.Hears(p.id, t)
 }
 

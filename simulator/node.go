@@ -302,8 +302,8 @@ func (n *node) propose(group uint64, data []byte, done func(raftnode.Result, err
 	n.dirty = true
 }
 
-func (n *node) proposeRecords(group uint64, batches []byte, offsets int64, done func(raftnode.Result, error)) {
-	n.rn.ProposeRecords(group, n.future(done), batches, offsets)
+func (n *node) proposeRecords(group uint64, batches []byte, offsets int64, chain raftnode.Chain, done func(raftnode.Result, error)) {
+	n.rn.ProposeRecords(group, n.future(done), batches, offsets, chain)
 	n.dirty = true
 }
 
@@ -362,9 +362,16 @@ func (r simReplication) ProposeFunc(group uint64, data []byte, done func(raftnod
 	return nil
 }
 
-func (r simReplication) ProposeRecordsFunc(group uint64, batches []byte, offsets int64, done func(raftnode.Result, error)) error {
-	r.n.proposeRecords(group, batches, offsets, done)
+func (r simReplication) ProposeRecordsFunc(group uint64, batches []byte, offsets int64, chain raftnode.Chain, done func(raftnode.Result, error)) error {
+	r.n.proposeRecords(group, batches, offsets, chain, done)
 	return nil
+}
+
+// EndChain: a connection closed (the process may be gone with it).
+func (r simReplication) EndChain(chain raftnode.Chain) {
+	if r.n.rn != nil {
+		r.n.rn.EndChain(chain)
+	}
 }
 
 func (r simReplication) Fence(group uint64) *raftnode.Fence {

@@ -65,6 +65,11 @@ type Config struct {
 	// disk model before it charged per raftnode.ConcurrentSyncs logs), to
 	// replay a seed on the course it took when it was recorded.
 	syncPerJob bool
+	// modelBefore1203 replays a seed on the course it took before 3
+	// December: peers admitted at every message (no raft streams,
+	// links.go), a produce's outcome reaching its session at once (no
+	// hop, conn.go), and no client.large-values.
+	modelBefore1203 bool
 	// NoBuggify switches every BUGGIFY site off.
 	NoBuggify bool
 	// Weights override the nemesis weights by fault kind (0 disables).
@@ -120,6 +125,7 @@ type Sim struct {
 
 	netR, nemR, wlR, dirR *rand.Rand
 	queueR                *rand.Rand // the transport's queue across reconnections (queue.go)
+	hopR                  *rand.Rand // the hop of a produce's outcome to its connection's loop (conn.go)
 
 	cut       map[[2]uint64]int // raft links cut (from, to)
 	clientCut map[uint64]int    // client links to a node cut
@@ -173,7 +179,7 @@ func newSim(cfg Config) (*Sim, error) {
 	w.bug = newBuggify(w.stream("buggify"), !cfg.NoBuggify)
 	s := &Sim{
 		cfg: cfg, w: w, tick: 10 * time.Millisecond,
-		netR: w.stream("network"), nemR: w.stream("nemesis"), wlR: w.stream("workload"), dirR: w.stream("dirs"), queueR: w.stream("transport-queue"),
+		netR: w.stream("network"), nemR: w.stream("nemesis"), wlR: w.stream("workload"), dirR: w.stream("dirs"), queueR: w.stream("transport-queue"), hopR: w.stream("completion-hop"),
 		cut: map[[2]uint64]int{}, clientCut: map[uint64]int{}, clog: map[[2]uint64]time.Duration{},
 		progress: map[string]bool{}, demoted: map[uint64]uint64{},
 		traceEffects: cfg.TraceEffects, detections: map[string]int{},

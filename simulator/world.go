@@ -189,6 +189,7 @@ var buggifySites = []string{
 	"crash.after-vote",        // power loss right after a vote is reported durable
 	"crash.after-conf-change", // power loss right after a membership change is written
 	"core.one-campaign",       // a server starts one election at a time (campaign pacing)
+	"client.large-values",     // values of 300-900 bytes among small ones: backpressure refuses a big one, a small one behind it fits
 }
 
 func newBuggify(r *rand.Rand, enabled bool) *buggify {

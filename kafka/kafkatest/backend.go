@@ -26,6 +26,8 @@ type Backend struct {
 	manual     bool
 	pending    []*Pending
 	produceErr error
+	chains     []uint64 // each produce's Records.Chain, in order
+	ended      []uint64 // EndChain's calls, in order
 }
 
 // New returns a backend whose only broker (the leader of every stream) is
@@ -160,8 +162,25 @@ func (p *Pending) Commit() {
 func (p *Pending) Fail(err error) { p.done(kafka.Produced{Base: -1, LogStart: -1}, err) }
 
 // Produce implements kafka.Backend.
+// EndChain records the end of a produce chain (Chains). This backend
+// does not refuse what follows a failed produce: raftnode does
+// (raftnode.Chain).
+func (b *Backend) EndChain(chain uint64) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.ended = append(b.ended, chain)
+}
+
+// Chains returns the chain of each produce so far, and the chains ended.
+func (b *Backend) Chains() (produced, ended []uint64) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return slices.Clone(b.chains), slices.Clone(b.ended)
+}
+
 func (b *Backend) Produce(stream string, recs kafka.Records, done func(kafka.Produced, error)) {
 	b.mu.Lock()
+	b.chains = append(b.chains, recs.Chain)
 	st, ok := b.streams[stream]
 	switch {
 	case !ok:
