@@ -94,6 +94,31 @@ func applyMoveStart(tx *bolt.Tx, c Command) (string, error) {
 	return fmt.Sprintf("move of %s from %d to %d started", st.Name, from, to), putJSON(tx.Bucket(bMoves), []byte(st.Name), m)
 }
 
+// CheckMoveStep refuses a step of a cancelled move: the driver proposed
+// it before the cancel applied, and a cancelled move that went on could
+// reach remove-old after the cancel took the new replica out
+// (nextMoveAction). The state machine and the simulator's apply it.
+func CheckMoveStep(m Move) error {
+	if m.Cancel {
+		return fmt.Errorf("%w: the move of %s is being cancelled", ErrInvalid, m.Stream)
+	}
+	return nil
+}
+
+// CheckMoveCancel refuses a cancel once the move is removing the old
+// replica: that removal may be on its way (the driver asked the leader;
+// its report may not show it yet), and taking the new replica out too
+// could leave the group without both (simulator seed 3430 with the
+// control plane: voters [2 3], catalog [2 4 3]). The move finishes; the
+// stream can be moved back after.
+func CheckMoveCancel(m Move) error {
+	if m.Step == StepRemoveOld {
+		return fmt.Errorf("%w: too late to cancel the move of %s: it is removing the old replica %d; once it is done, move the stream back (move start %s --from %d --to %d)",
+			ErrInvalid, m.Stream, m.From, m.Stream, m.To, m.From)
+	}
+	return nil
+}
+
 func applyMoveStep(tx *bolt.Tx, c Command) (string, error) {
 	m, ok := getMove(tx, c.Name)
 	if !ok || m.State != MoveActive {
@@ -101,6 +126,9 @@ func applyMoveStep(tx *bolt.Tx, c Command) (string, error) {
 	}
 	if !slices.Contains([]string{StepCatchUp, StepPromote, StepRemoveOld}, c.Step) {
 		return "", fmt.Errorf("%w: move step %q", ErrInvalid, c.Step)
+	}
+	if err := CheckMoveStep(m); err != nil {
+		return "", err
 	}
 	m.Step, m.Updated, m.Reason = c.Step, c.At, ""
 	return fmt.Sprintf("move of %s from %d to %d: %s", m.Stream, m.From, m.To, m.Step), putJSON(tx.Bucket(bMoves), []byte(m.Stream), m)
@@ -110,6 +138,9 @@ func applyMoveCancel(tx *bolt.Tx, c Command) (string, error) {
 	m, ok := getMove(tx, c.Name)
 	if !ok || m.State != MoveActive {
 		return "", fmt.Errorf("%w: no active move of %s", ErrNotFound, c.Name)
+	}
+	if err := CheckMoveCancel(m); err != nil {
+		return "", err
 	}
 	m.Cancel, m.Updated = true, c.At
 	return fmt.Sprintf("move of %s from %d to %d: cancel requested at %s", m.Stream, m.From, m.To, m.Step),

@@ -166,7 +166,12 @@ func nextMoveAction(m Move, rep GroupReport, leader uint64) moveAction {
 	record := func(cmd, step, reason string) moveAction {
 		return moveAction{kind: actRecord, cmd: cmd, step: step, reason: reason}
 	}
-	if m.Cancel {
+	// A cancel takes the new replica out, as long as the old one's removal
+	// was never asked: before remove-old (a cancel is refused from there
+	// on, and no step is recorded on a cancelled move: applyMoveCancel,
+	// applyMoveStep). A move cancelled at remove-old by an earlier version
+	// finishes, unless one of the two is out already.
+	if m.Cancel && (m.Step != StepRemoveOld || !isMember(m.To) || !isMember(m.From)) {
 		switch {
 		case m.Step == StepRemoveOld && !isMember(m.From):
 			return record(CmdMoveEnd, MoveDone, "cancel came too late: the old replica was removed")

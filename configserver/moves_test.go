@@ -39,7 +39,11 @@ func TestNextMoveAction(t *testing.T) {
 		{"cancel before the learner", StepAddLearner, true, base, 2, moveAction{kind: actRecord, cmd: CmdMoveEnd, step: MoveCancelled, reason: "cancelled at add-learner"}},
 		{"cancel a learner", StepCatchUp, true, learner, 2, moveAction{kind: actRemove, node: 4}},
 		{"cancel before promoting", StepPromote, true, caughtUp, 2, moveAction{kind: actRemove, node: 4}},
-		{"cancel a new voter", StepRemoveOld, true, voter, 2, moveAction{kind: actRemove, node: 4}},
+		{"cancel a new voter", StepPromote, true, voter, 2, moveAction{kind: actRemove, node: 4}},
+		// At remove-old the old replica's removal may be in flight: the
+		// move finishes (seed 3430: both were removed).
+		{"cancelled at remove-old: finish", StepRemoveOld, true, voter, 2, moveAction{kind: actRemove, node: 1}},
+		{"cancelled at remove-old: leadership off the old", StepRemoveOld, true, voter, 1, moveAction{kind: actTransfer, node: 4}},
 		{"cancelled, new one out", StepRemoveOld, true, base, 2, moveAction{kind: actRecord, cmd: CmdMoveEnd, step: MoveCancelled, reason: "cancelled at remove-old"}},
 		{"cancel too late", StepRemoveOld, true, removed, 2, moveAction{kind: actRecord, cmd: CmdMoveEnd, step: MoveDone, reason: "cancel came too late: the old replica was removed"}},
 	} {
@@ -78,6 +82,7 @@ func TestStateMoves(t *testing.T) {
 	register(t, s, 5)
 	require.NoError(t, applyAt(t, s, Command{Kind: CmdMoveStart, Name: "x", Node: 2, To: 5}).Error())
 	require.NoError(t, applyAt(t, s, Command{Kind: CmdMoveCancel, Name: "x"}).Error())
+	require.ErrorIs(t, applyAt(t, s, Command{Kind: CmdMoveStep, Name: "x", Step: StepPromote}).Error(), ErrInvalid, "a cancelled move goes no further")
 	require.NoError(t, applyAt(t, s, Command{Kind: CmdMoveEnd, Name: "x", Step: MoveCancelled}).Error())
 	st, _ = s.Stream("x")
 	require.Equal(t, []uint64{4, 2, 3}, st.Replicas)
@@ -85,6 +90,25 @@ func TestStateMoves(t *testing.T) {
 	require.ErrorIs(t, applyAt(t, s, Command{Kind: CmdMoveStart, Name: "x", Node: 2, To: 5}).Error(), ErrInvalid)
 	require.Equal(t, MoveCancelled, s.Moves()[0].State)
 	require.ErrorIs(t, applyAt(t, s, Command{Kind: CmdMoveCancel, Name: "x"}).Error(), ErrNotFound)
+}
+
+// A cancel is refused once a move is removing the old replica: that
+// removal may be on its way, and taking the new replica out too left the
+// group short of both (simulator seed 3430: voters [2 3], catalog
+// [2 4 3]). The move finishes instead.
+func TestMoveCancelRefusedAtRemoveOld(t *testing.T) {
+	s := openTestState(t)
+	register(t, s, 1, 2, 3, 4)
+	require.NoError(t, applyAt(t, s, Command{Kind: CmdCreate, Spec: &StreamSpec{Name: "x"}, Replicas: []uint64{1, 2, 3}}).Error())
+	require.NoError(t, applyAt(t, s, Command{Kind: CmdMoveStart, Name: "x", Node: 1, To: 4}).Error())
+	require.NoError(t, applyAt(t, s, Command{Kind: CmdMoveStep, Name: "x", Step: StepRemoveOld}).Error())
+	err := applyAt(t, s, Command{Kind: CmdMoveCancel, Name: "x"}).Error()
+	require.ErrorIs(t, err, ErrInvalid)
+	require.ErrorContains(t, err, "too late to cancel")
+	require.False(t, s.Moves()[0].Cancel)
+	require.NoError(t, applyAt(t, s, Command{Kind: CmdMoveEnd, Name: "x", Step: MoveDone}).Error())
+	st, _ := s.Stream("x")
+	require.Equal(t, []uint64{4, 2, 3}, st.Replicas)
 }
 
 // TestOrphans: a member the catalog does not have (the target of a move

@@ -303,8 +303,14 @@ func (c *controlPlane) apply(cmd cpCmd) error {
 		}
 		switch cmd.kind {
 		case "move-step":
+			if err := configserver.CheckMoveStep(*m); err != nil {
+				return err
+			}
 			m.Step = cmd.step
 		case "move-cancel":
+			if err := configserver.CheckMoveCancel(*m); err != nil {
+				return err
+			}
 			m.Cancel = true
 		case "move-end":
 			ti := slices.Index(st.Replicas, m.To)
