@@ -53,10 +53,7 @@ func TestCampaignsArePaced(t *testing.T) {
 // cluster and runs until the leader sleeps without it; it returns the
 // cluster, the leader and the crashed node's id.
 func downWhileLeaderSleeps(t *testing.T) (*Cluster, *Node, uint64) {
-	cryptotest.SetGlobalRandom(t, 1)
-	c := quiescedCluster(t, 3)
-	l := c.Leader(1)
-	require.NotNil(t, l)
+	c, l := quiescedLed(t, 3, 1)
 	var back uint64
 	for _, nd := range c.Nodes() {
 		if nd.ID != l.ID {

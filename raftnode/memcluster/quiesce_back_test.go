@@ -2,7 +2,6 @@ package memcluster
 
 import (
 	"testing"
-	"testing/cryptotest"
 
 	"github.com/stretchr/testify/require"
 )
@@ -17,19 +16,12 @@ import (
 // reported inactive, so the balancer never moved an idle stream's leader
 // to it (simulator seed 850, a paused server in the preferred DC).
 func TestQuiescedReplicaBackAfterAStall(t *testing.T) {
-	cryptotest.SetGlobalRandom(t, 1)
-	c := quiescedCluster(t, 2)
-	l := c.Leader(1)
-	require.NotNil(t, l)
+	c, l := quiescedLed(t, 2, 1)
 	// f leads group 2: l's server, a follower there, keeps sending it
 	// liveness heartbeats while it stalls.
 	f := c.Leader(2).ID
 	if f == l.ID {
-		for _, n := range c.Nodes() {
-			if n.ID != l.ID && f == l.ID {
-				f = n.ID
-			}
-		}
+		f = otherNode(c, l.ID)
 		l.Raft.TransferLeader(2, f)
 		l.Raft.Flush()
 		ok, err := c.RunUntil(2000, func() bool { nl := c.Leader(2); return nl != nil && nl.ID == f })

@@ -35,15 +35,22 @@ func quiescedCluster(tb testing.TB, n int, mods ...func(*Config)) *Cluster {
 	return c
 }
 
+// quiescedLed is quiescedCluster of n groups, seeded, with group g's
+// leader.
+func quiescedLed(t *testing.T, n int, g uint64) (*Cluster, *Node) {
+	cryptotest.SetGlobalRandom(t, 1)
+	c := quiescedCluster(t, n)
+	l := c.Leader(g)
+	require.NotNil(t, l)
+	return c, l
+}
+
 // TestQuiescedGroupStatus: a quiesced group's status, which the core keeps
 // once asked while the group sleeps, is what it was when it quiesced; a
 // sleeping leader still sees its replicas alive (their servers' liveness
 // heartbeats); a proposal wakes the group and its status moves on.
 func TestQuiescedGroupStatus(t *testing.T) {
-	cryptotest.SetGlobalRandom(t, 1)
-	c := quiescedCluster(t, 5)
-	l := c.Leader(3)
-	require.NotNil(t, l)
+	c, l := quiescedLed(t, 5, 3)
 	before, ok := l.Raft.Status(3)
 	require.True(t, ok)
 	require.Len(t, before.InSync, 3, "every replica in sync: %+v", before)

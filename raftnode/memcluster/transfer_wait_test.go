@@ -2,7 +2,6 @@ package memcluster
 
 import (
 	"testing"
-	"testing/cryptotest"
 
 	"github.com/stretchr/testify/require"
 )
@@ -16,16 +15,8 @@ import (
 // transfer now wait for its end: taken in order if the leader stays, all
 // refused if it goes.
 func TestProposalsWaitForATransfer(t *testing.T) {
-	cryptotest.SetGlobalRandom(t, 1)
-	c := quiescedCluster(t, 1)
-	l := c.Leader(1)
-	require.NotNil(t, l)
-	var to uint64
-	for _, n := range c.Nodes() {
-		if n.ID != l.ID && to == 0 {
-			to = n.ID
-		}
-	}
+	c, l := quiescedLed(t, 1, 1)
+	to := otherNode(c, l.ID)
 	c.Partition(l.ID, to) // the transferee never catches up: the transfer is abandoned
 	l.Raft.TransferLeader(1, to)
 	l.Raft.Flush()
@@ -43,4 +34,14 @@ func TestProposalsWaitForATransfer(t *testing.T) {
 	require.True(t, ok)
 	require.NoError(t, c.Results[later].Err)
 	require.Greater(t, c.Results[later].Index, c.Results[first].Index, "in order")
+}
+
+// otherNode returns the first node in id order that is not not.
+func otherNode(c *Cluster, not uint64) uint64 {
+	for _, n := range c.Nodes() {
+		if n.ID != not {
+			return n.ID
+		}
+	}
+	return 0
 }
