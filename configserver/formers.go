@@ -84,16 +84,25 @@ func applyFormerReleased(tx *bolt.Tx, c Command) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	i := slices.Index(st.Former, c.Node)
-	if i < 0 {
-		return "", fmt.Errorf("%w: server %d is not a former replica of %s", ErrNotFound, c.Node, c.Name)
-	}
-	st.Former = slices.Delete(st.Former, i, i+1)
-	if len(st.Former) == 0 {
-		st.Former = nil
+	if err := st.ReleaseFormer(c.Node); err != nil {
+		return "", err
 	}
 	return fmt.Sprintf("stream %s: server %d no longer counts as a former replica (its copy is gone, no replica's membership has it): "+
 		"the stream may move back to it", c.Name, c.Node), putJSON(tx.Bucket(bStreams), []byte(st.Name), st)
+}
+
+// ReleaseFormer makes node no longer a former replica of st (the state
+// machine's and the simulator's control plane's).
+func (st *Stream) ReleaseFormer(node uint64) error {
+	i := slices.Index(st.Former, node)
+	if i < 0 {
+		return fmt.Errorf("%w: server %d is not a former replica of %s", ErrNotFound, node, st.Name)
+	}
+	st.Former = slices.Delete(slices.Clone(st.Former), i, i+1)
+	if len(st.Former) == 0 {
+		st.Former = nil
+	}
+	return nil
 }
 
 // groupViews is what every server heard in this term reported about group.

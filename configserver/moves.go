@@ -73,20 +73,14 @@ func applyMoveStart(tx *bolt.Tx, c Command) (string, error) {
 	from, to := c.Node, c.To
 	srv, ok := getServer(tx, to)
 	switch {
-	case !slices.Contains(st.Replicas, from):
-		return "", fmt.Errorf("%w: server %d is not a replica of %s (%v)", ErrInvalid, from, c.Name, st.Replicas)
-	case slices.Contains(st.Replicas, to):
-		return "", fmt.Errorf("%w: server %d is already a replica of %s", ErrInvalid, to, c.Name)
 	case !ok:
 		return "", fmt.Errorf("%w: server %d is not registered", ErrInvalid, to)
 	case srv.State != ServerActive:
 		return "", fmt.Errorf("%w: server %d is %s: no new replicas go there", ErrInvalid, to, srv.State)
 	}
-	if err := st.FormerReplica(to); err != nil {
+	if err := st.StartMove(from, to); err != nil {
 		return "", err
 	}
-	// The new replica joins: dir 0 never founds the stream.
-	st.Replicas, st.Dirs = append(st.Replicas, to), append(padDirs(st), 0)
 	if err := putJSON(tx.Bucket(bStreams), []byte(st.Name), st); err != nil {
 		return "", err
 	}
@@ -158,30 +152,61 @@ func applyMoveEnd(tx *bolt.Tx, c Command) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	dirs := padDirs(st)
-	ti := slices.Index(st.Replicas, m.To)
-	switch c.Step {
-	case MoveDone:
-		if fi := slices.Index(st.Replicas, m.From); fi >= 0 && ti >= 0 {
-			st.Replicas[fi], dirs[fi] = m.To, 0 // the preferred leader's slot stays the first
-			st.Replicas, dirs = slices.Delete(st.Replicas, ti, ti+1), slices.Delete(dirs, ti, ti+1)
-		}
-		st.Former = appendNew(st.Former, m.From)
-	case MoveCancelled:
-		if ti >= 0 {
-			st.Replicas, dirs = slices.Delete(st.Replicas, ti, ti+1), slices.Delete(dirs, ti, ti+1)
-		}
-		st.Former = appendNew(st.Former, m.To) // it may have joined
-	default:
-		return "", fmt.Errorf("%w: a move ends done or cancelled, not %q", ErrInvalid, c.Step)
+	if err := st.EndMove(m, c.Step); err != nil {
+		return "", err
 	}
-	st.Dirs = dirs
 	m.State, m.Updated, m.Reason = c.Step, c.At, c.Reason
 	if err := putJSON(tx.Bucket(bStreams), []byte(st.Name), st); err != nil {
 		return "", err
 	}
 	return fmt.Sprintf("move of %s from %d to %d %s; replicas %v", m.Stream, m.From, m.To, c.Step, st.Replicas),
 		putJSON(tx.Bucket(bMoves), []byte(m.Stream), m)
+}
+
+// StartMove makes to a replica of st joining for a move from from (the
+// catalog's side of a move's start, which the state machine and the
+// simulator's control plane share; that to is an active server is the
+// caller's to check).
+func (st *Stream) StartMove(from, to uint64) error {
+	switch {
+	case !slices.Contains(st.Replicas, from):
+		return fmt.Errorf("%w: server %d is not a replica of %s (%v)", ErrInvalid, from, st.Name, st.Replicas)
+	case slices.Contains(st.Replicas, to):
+		return fmt.Errorf("%w: server %d is already a replica of %s", ErrInvalid, to, st.Name)
+	}
+	if err := st.FormerReplica(to); err != nil {
+		return err
+	}
+	// The new replica joins: dir 0 never founds the stream.
+	st.Replicas, st.Dirs = append(slices.Clone(st.Replicas), to), append(padDirs(st), 0)
+	return nil
+}
+
+// EndMove is the catalog's side of move m's end (step: MoveDone or
+// MoveCancelled). Done, the new replica takes the old one's slot (the
+// preferred leader's slot stays the first) and the old one is a former
+// replica; cancelled, the new one leaves and is a former replica (it may
+// have joined).
+func (st *Stream) EndMove(m Move, step string) error {
+	reps, dirs := slices.Clone(st.Replicas), padDirs(st)
+	ti := slices.Index(reps, m.To)
+	switch step {
+	case MoveDone:
+		if fi := slices.Index(reps, m.From); fi >= 0 && ti >= 0 {
+			reps[fi], dirs[fi] = m.To, 0
+			reps, dirs = slices.Delete(reps, ti, ti+1), slices.Delete(dirs, ti, ti+1)
+		}
+		st.Former = appendNew(st.Former, m.From)
+	case MoveCancelled:
+		if ti >= 0 {
+			reps, dirs = slices.Delete(reps, ti, ti+1), slices.Delete(dirs, ti, ti+1)
+		}
+		st.Former = appendNew(st.Former, m.To)
+	default:
+		return fmt.Errorf("%w: a move ends done or cancelled, not %q", ErrInvalid, step)
+	}
+	st.Replicas, st.Dirs = reps, dirs
+	return nil
 }
 
 // appendNew appends id unless xs has it.

@@ -274,24 +274,29 @@ func (c *controlPlane) apply(cmd cpCmd) error {
 			return fmt.Errorf("%w: stream %s", configserver.ErrNotFound, cmd.name)
 		case c.moves[cmd.name] != nil && c.moves[cmd.name].State == configserver.MoveActive:
 			return fmt.Errorf("%w: %s already has a move", configserver.ErrExists, cmd.name)
-		case !slices.Contains(st.Replicas, cmd.from) || slices.Contains(st.Replicas, cmd.to):
-			return fmt.Errorf("%w: move %d -> %d of %s (%v)", configserver.ErrInvalid, cmd.from, cmd.to, cmd.name, st.Replicas)
 		}
-		if err := st.FormerReplica(cmd.to); err != nil && c.s.cfg.cpBreak != "move-back" {
+		former := st.Former
+		if c.s.cfg.cpBreak == "move-back" {
+			st.Former = nil // broken on purpose: back to a server it left
+		}
+		err := st.StartMove(cmd.from, cmd.to)
+		st.Former = former
+		if err != nil {
 			return err
 		}
 		if c.released[fmt.Sprintf("%s/%d", cmd.name, cmd.to)] {
 			c.counts["move-back"]++ // to a server the stream left, released since
 		}
-		st.Replicas, st.Dirs = append(slices.Clone(st.Replicas), cmd.to), append(slices.Clone(st.Dirs), 0)
 		c.moves[cmd.name] = &configserver.Move{Stream: st.Name, Group: st.Group, From: cmd.from, To: cmd.to,
 			Step: configserver.StepAddLearner, State: configserver.MoveActive}
 	case "former-released":
 		st, ok := c.streams[cmd.name]
-		if !ok || !slices.Contains(st.Former, cmd.to) {
-			return fmt.Errorf("%w: n%d is not a former replica of %s", configserver.ErrNotFound, cmd.to, cmd.name)
+		if !ok {
+			return fmt.Errorf("%w: stream %s", configserver.ErrNotFound, cmd.name)
 		}
-		st.Former = slices.DeleteFunc(slices.Clone(st.Former), func(id uint64) bool { return id == cmd.to })
+		if err := st.ReleaseFormer(cmd.to); err != nil {
+			return err
+		}
 		c.released[fmt.Sprintf("%s/%d", cmd.name, cmd.to)] = true
 		c.counts["formers-released"]++
 		c.s.w.record("config: n%d no longer a former replica of %s", cmd.to, cmd.name)
@@ -313,33 +318,13 @@ func (c *controlPlane) apply(cmd cpCmd) error {
 			}
 			m.Cancel = true
 		case "move-end":
-			ti := slices.Index(st.Replicas, m.To)
-			reps, dirs := slices.Clone(st.Replicas), slices.Clone(st.Dirs)
-			if cmd.step == configserver.MoveDone {
-				if fi := slices.Index(reps, m.From); fi >= 0 && ti >= 0 {
-					reps[fi], dirs[fi] = m.To, 0
-					reps, dirs = slices.Delete(reps, ti, ti+1), slices.Delete(dirs, ti, ti+1)
-				}
-				st.Former = appendNew(st.Former, m.From)
-			} else {
-				if ti >= 0 {
-					reps, dirs = slices.Delete(reps, ti, ti+1), slices.Delete(dirs, ti, ti+1)
-				}
-				st.Former = appendNew(st.Former, m.To)
+			if err := st.EndMove(*m, cmd.step); err != nil {
+				return err
 			}
-			st.Replicas, st.Dirs = reps, dirs
 			m.State, m.Reason = cmd.step, cmd.reason
 			c.counts["move-"+cmd.step]++
 			c.s.w.record("config: move of %s from n%d to n%d %s (%s); replicas %v", m.Stream, m.From, m.To, cmd.step, cmd.reason, st.Replicas)
 		}
 	}
 	return nil
-}
-
-// appendNew appends id unless xs has it (as the state machine does).
-func appendNew(xs []uint64, id uint64) []uint64 {
-	if slices.Contains(xs, id) {
-		return xs
-	}
-	return append(slices.Clone(xs), id)
 }
