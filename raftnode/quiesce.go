@@ -86,6 +86,10 @@ type quiescence struct {
 	peers   map[uint64]int
 	heard   map[uint64]uint64 // peer -> tick last heard from (peers only)
 	expired map[uint64]bool   // peers whose silence already woke their groups
+	// probeNext is where the pass of probeDead is in the group ids;
+	// probeAt the tick the next pass starts.
+	probeNext int
+	probeAt   uint64
 }
 
 func newQuiescence() quiescence {
@@ -162,6 +166,7 @@ func (c *Core) tickQuiescence() {
 	if c.cfg.NoQuiesce {
 		return
 	}
+	c.probeDead()
 	for _, id := range c.awakeIDs() {
 		g := c.groups[id]
 		if g.role != raft.StateLeader || c.q.quiet[id] != nil {
@@ -198,6 +203,51 @@ func (c *Core) wakePeer(peer uint64) {
 		case q.leader && slices.Contains(q.peers, peer) && !c.sleepWithout(c.groups[id], q, peer):
 			c.wake(c.groups[id])
 		}
+	}
+}
+
+// Probing dead replicas whose server is alive: a pass over the groups
+// every probeEvery election timeouts, spread over one election timeout,
+// waking at most probeWakes groups a tick.
+const (
+	probeEvery = 10
+	probeWakes = 8
+)
+
+// probeDead wakes, now and then, the quiesced groups this server leads
+// that sleep without a replica: one silent in the group may be alive, and
+// stuck asleep in an older term — a
+// leader that quiesced its group before a one-way partition let the
+// others elect a new leader it never heard of, or a follower of that old
+// leader — and nothing else would ever reach it: the new leader sends
+// nothing to a replica it sleeps without, and the old one, asleep, sends
+// nothing at all (simulator seeds 148 and 574 with the control plane: two
+// quiesced leaders of one group in terms 2 and 3, for good, and the
+// balancer waiting for the stale one to catch up). Woken, the group
+// heartbeats it: it answers (or steps down, seeing the term) and is
+// caught up; if it does not, the group sleeps on without it three ticks
+// later, until the next pass. Its server's liveness is no guide: neither
+// side follows the other's once each sleeps without the other. Paced,
+// because waking thousands of groups at once is what a stopped or
+// restarted server's peers must not do (sleepWithout): a server down for
+// good costs each peer probeWakes woken groups a tick, each heartbeating
+// for three ticks.
+func (c *Core) probeDead() {
+	if c.q.ticks < c.q.probeAt {
+		return
+	}
+	budget := probeWakes
+	for n := max(1, len(c.ids)/c.cfg.ElectionTick); n > 0 && budget > 0 && c.q.probeNext < len(c.ids); n-- {
+		id := c.ids[c.q.probeNext]
+		c.q.probeNext++
+		if q := c.q.quiet[id]; q != nil && q.leader && len(q.dead) > 0 {
+			c.wake(c.groups[id])
+			budget--
+		}
+	}
+	if c.q.probeNext >= len(c.ids) {
+		c.q.probeNext = 0
+		c.q.probeAt = c.q.ticks + uint64(probeEvery*c.cfg.ElectionTick)
 	}
 }
 

@@ -58,3 +58,31 @@ func TestQuiescedReplicaBackAfterAStall(t *testing.T) {
 	require.True(t, ok)
 	require.NoError(t, c.Results[id].Err)
 }
+
+// TestLeaderProbesADeadReplica: a quiesced group sleeping without a
+// replica wakes now and then (probeDead) and heartbeats it: a replica
+// silent in the group may be alive and stuck asleep in an older term,
+// which nothing else reaches — two quiesced leaders of one group in two
+// terms, for good, in simulator seeds 148 and 574 (regression seeds).
+// Without the probe the group sleeps for as long as the replica is down.
+func TestLeaderProbesADeadReplica(t *testing.T) {
+	c, l := quiescedLed(t, 1, 1)
+	f := otherNode(c, l.ID)
+	c.Crash(f)
+	ok, err := c.RunUntil(20*electionTick*c.cfg.TickEvery, func() bool {
+		st, _ := l.Raft.Status(1)
+		return l.Raft.Quiesced(1) && !st.Progress[f].RecentActive
+	})
+	require.NoError(t, err)
+	require.True(t, ok, "asleep without the crashed replica")
+	woke := 0
+	for range (12 * electionTick) * c.cfg.TickEvery { // over ten election timeouts: a pass
+		require.NoError(t, c.Step())
+		if !l.Raft.Quiesced(1) {
+			woke++
+		}
+	}
+	require.NotZero(t, woke, "probed")
+	require.Less(t, woke, 4*electionTick*c.cfg.TickEvery, "and back asleep")
+	require.True(t, l.Raft.Quiesced(1))
+}
