@@ -166,6 +166,15 @@ func (p *peerBook) tells(node, group uint64, t raftpb.MessageType) (bool, uint64
 	return p.r.Tells(node, group, t), p.r.Addressee(node)
 }
 
+// memberDirs is Roster.MemberDirs with this server's own dir.
+func (p *peerBook) memberDirs(group, self, dir uint64) map[uint64]uint64 {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	m := p.r.MemberDirs(group)
+	m[self] = dir
+	return m
+}
+
 // candidate is Roster.Candidate.
 func (p *peerBook) candidate(node uint64, connected bool, conn uint64) (Candidate, uint64) {
 	p.mu.Lock()

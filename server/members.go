@@ -229,7 +229,7 @@ func CaughtUp(gs raftnode.GroupStatus, id uint64) bool {
 func (s *Server) proposeChange(w http.ResponseWriter, r *http.Request, st *stream, t raftpb.ConfChangeType, id, dir uint64, done string) {
 	cc := &raftpb.ConfChangeV2{Changes: []*raftpb.ConfChangeSingle{{Type: t.Enum(), NodeId: new(id)}}}
 	if dir != 0 {
-		cc.Context = MemberContext(id, dir)
+		cc.Context = MemberContext(id, dir, s.peers.memberDirs(st.cfg.ID, s.cfg.NodeID, s.ident.DirID))
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), changeTimeout)
 	defer cancel()

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 
 	"go.etcd.io/raft/v3/raftpb"
@@ -222,7 +223,10 @@ func (r *Roster) Applied(self, group uint64, cs *raftpb.ConfState, context []byt
 	// the membership it comes with (a snapshot install replays the
 	// contexts of every change it jumped over: only its members' count).
 	var mc memberContext
-	if len(context) > 0 && json.Unmarshal(context, &mc) == nil && mc.Node != 0 && mc.Node != self && mc.DirID != 0 &&
+	if len(context) == 0 || json.Unmarshal(context, &mc) != nil {
+		return changed
+	}
+	if mc.Node != 0 && mc.Node != self && mc.DirID != 0 &&
 		(slices.Contains(cs.GetVoters(), mc.Node) || slices.Contains(cs.GetLearners(), mc.Node)) {
 		if r.dirs[mc.Node] != mc.DirID {
 			r.dirs[mc.Node] = mc.DirID
@@ -232,7 +236,38 @@ func (r *Roster) Applied(self, group uint64, cs *raftpb.ConfState, context []byt
 			delete(r.presented, mc.Node)
 		}
 	}
+	// The other members' dirs as the proposing leader knew them: a server
+	// whose roster knows none of them (its own disk was replaced: it
+	// starts with an empty roster) learns them from the quorum's log with
+	// its own addition, instead of trusting whatever each presents when it
+	// first meets it — which, for a peer wiped since, is an empty disk
+	// whose votes then counted as the old one's (simulator seed 5329:
+	// n3, replaced, could not reach n2 until n2's disk was replaced too,
+	// took its new dir at first contact, and won an election with its
+	// vote, losing acknowledged writes). A dir known already stays:
+	// handshakes and later changes keep it.
+	for _, id := range slices.Sorted(maps.Keys(mc.Members)) {
+		d := mc.Members[id]
+		if _, known := r.dirs[id]; id == self || d == 0 || known || !isMember(cs, id) {
+			continue
+		}
+		r.dirs[id] = d
+		changed = true
+	}
 	return changed
+}
+
+// MemberDirs is the known data dir of each member of a hosted group: what
+// a change adding a server tells it (memberContext.Members).
+func (r *Roster) MemberDirs(group uint64) map[uint64]uint64 {
+	out := map[uint64]uint64{}
+	cs := r.members[group]
+	for _, id := range append(slices.Clone(cs.GetVoters()), cs.GetLearners()...) {
+		if d, ok := r.dirs[id]; ok {
+			out[id] = d
+		}
+	}
+	return out
 }
 
 // everyone is every voter and learner of the hosted groups, sorted.
@@ -250,15 +285,18 @@ func (r *Roster) everyone() []uint64 {
 }
 
 // memberContext is what a membership change adding or promoting a server
-// carries: its data dir, so every replica knows it before it can vote.
+// carries: its data dir, so every replica knows it before it can vote,
+// and the other members' dirs, so that it knows theirs (Applied).
 type memberContext struct {
-	Node  uint64 `json:"node"`
-	DirID uint64 `json:"dir_id"`
+	Node    uint64            `json:"node"`
+	DirID   uint64            `json:"dir_id"`
+	Members map[uint64]uint64 `json:"members,omitempty"`
 }
 
 // MemberContext is the context of a change adding or promoting node with
-// data dir dir.
-func MemberContext(node, dir uint64) []byte {
-	b, _ := json.Marshal(memberContext{Node: node, DirID: dir})
+// data dir dir in a group whose members have the dirs members (the
+// proposing leader's own included).
+func MemberContext(node, dir uint64, members map[uint64]uint64) []byte {
+	b, _ := json.Marshal(memberContext{Node: node, DirID: dir, Members: members})
 	return b
 }

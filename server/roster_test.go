@@ -53,7 +53,7 @@ func TestRosterDataDirs(t *testing.T) {
 	// A change adding it back names its dir: every replica records it.
 	r2 := NewRoster(map[uint64]uint64{3: 0x33})
 	r2.Hosted(1, &raftpb.ConfState{Voters: []uint64{1, 2}})
-	require.True(t, r2.Applied(1, 1, &raftpb.ConfState{Voters: []uint64{1, 2}, Learners: []uint64{3}}, MemberContext(3, 0x99)))
+	require.True(t, r2.Applied(1, 1, &raftpb.ConfState{Voters: []uint64{1, 2}, Learners: []uint64{3}}, MemberContext(3, 0x99, nil)))
 	d, _ = r2.Dir(3)
 	require.Equal(t, uint64(0x99), d)
 	_, err = r2.Admit(3, 0x33)
@@ -81,7 +81,7 @@ func TestRosterHearsAStaleServerOnlyAsLeader(t *testing.T) {
 		require.False(t, r.Hears(3, typ), "its own state is not counted: %v", typ)
 	}
 	// A change naming the new dir: heard again.
-	r.Applied(1, 1, &raftpb.ConfState{Voters: []uint64{1, 2}, Learners: []uint64{3}}, MemberContext(3, 0x99))
+	r.Applied(1, 1, &raftpb.ConfState{Voters: []uint64{1, 2}, Learners: []uint64{3}}, MemberContext(3, 0x99, nil))
 	require.True(t, r.Hears(3, raftpb.MsgAppResp))
 }
 
@@ -121,7 +121,7 @@ func TestRosterTellsNoRequestToANodeThatLeftTheGroup(t *testing.T) {
 	require.True(t, r.Tells(1, 7, raftpb.MsgVoteResp), "answers still go")
 	require.True(t, r.Tells(1, 0, raftpb.MsgHeartbeat), "a group not hosted here (liveness): no membership to check")
 
-	r.Applied(2, 7, &raftpb.ConfState{Voters: []uint64{2, 3}, Learners: []uint64{1}}, MemberContext(1, 0x99))
+	r.Applied(2, 7, &raftpb.ConfState{Voters: []uint64{2, 3}, Learners: []uint64{1}}, MemberContext(1, 0x99, nil))
 	require.True(t, r.Tells(1, 7, raftpb.MsgApp), "added back as a learner")
 	r.Hosted(8, &raftpb.ConfState{Voters: []uint64{2, 3}, VotersOutgoing: []uint64{1, 2, 3}})
 	require.True(t, r.Tells(1, 8, raftpb.MsgHeartbeat), "an outgoing voter of a joint configuration is a member")
@@ -176,12 +176,12 @@ func TestRosterInstallAcrossARemoveAndReAdd(t *testing.T) {
 	cs := &raftpb.ConfState{Voters: []uint64{1, 2}, Learners: []uint64{3}}
 	require.False(t, r.Applied(1, 1, cs, nil))
 	require.True(t, r.Stale(3), "known by its old dir: nothing said otherwise")
-	require.True(t, r.Applied(1, 1, cs, MemberContext(3, 0x99)))
+	require.True(t, r.Applied(1, 1, cs, MemberContext(3, 0x99, nil)))
 	require.False(t, r.Stale(3))
 	d, _ := r.Dir(3)
 	require.Equal(t, uint64(0x99), d)
 
-	require.False(t, r.Applied(1, 1, cs, MemberContext(4, 0x44)), "node 4 was added and removed again")
+	require.False(t, r.Applied(1, 1, cs, MemberContext(4, 0x44, nil)), "node 4 was added and removed again")
 	_, known := r.Dir(4)
 	require.False(t, known)
 }
@@ -209,4 +209,34 @@ func TestRosterCandidateForgottenWhileConnected(t *testing.T) {
 	c, dir = r.Candidate(4, true, 0x44)
 	require.Equal(t, Candidate{ID: 4, DirKnown: true, Connected: true}, c)
 	require.Equal(t, uint64(0x44), dir, "known: the roster's dir")
+}
+
+// A server whose own disk was replaced starts with an empty roster: the
+// change adding it back names the other members' dirs, and it records
+// them, so a peer whose disk was replaced too is refused when it first
+// meets it instead of being taken at first contact with its empty disk
+// (simulator seed 5329: the replaced n3 first met n2 after n2's wipe, took
+// its new dir, and won an election with its vote, losing acknowledged
+// writes). Dirs it knows already stay.
+func TestRosterJoinerLearnsMembersDirs(t *testing.T) {
+	r := NewRoster(nil) // n3, on a new disk
+	cs := &raftpb.ConfState{Voters: []uint64{1, 2}, Learners: []uint64{3}}
+	r.Hosted(1, &raftpb.ConfState{})
+	require.True(t, r.Applied(3, 1, cs, MemberContext(3, 0x33, map[uint64]uint64{1: 0x11, 2: 0x22, 3: 0x33, 9: 0x99})))
+	d, known := r.Dir(2)
+	require.True(t, known)
+	require.Equal(t, uint64(0x22), d, "learned from the log")
+	_, known = r.Dir(9)
+	require.False(t, known, "not a member")
+	_, known = r.Dir(3)
+	require.False(t, known, "itself")
+	_, err := r.Admit(2, 0xbad)
+	require.ErrorIs(t, err, errDirChanged, "n2 on a new disk is refused, not taken at first contact")
+	require.True(t, r.Stale(2))
+
+	r2 := NewRoster(map[uint64]uint64{2: 0x2222})
+	r2.Hosted(1, &raftpb.ConfState{Voters: []uint64{1, 2}})
+	r2.Applied(3, 1, cs, MemberContext(3, 0x33, map[uint64]uint64{2: 0x22}))
+	d, _ = r2.Dir(2)
+	require.Equal(t, uint64(0x2222), d, "a dir known stays")
 }
