@@ -117,6 +117,11 @@ func (n *node) fetchEntries(group, peer, from, to uint64) ([]*raftpb.Entry, uint
 		return nil, 0, fmt.Errorf("n%d is down", peer)
 	case s.cut[[2]uint64{p.id, n.id}] > 0 || s.cut[[2]uint64{n.id, p.id}] > 0:
 		return nil, 0, fmt.Errorf("n%d is cut off", peer)
+	case p.logs[group] == nil:
+		// A source that no longer (or does not yet) host the group: the
+		// server's entries handler answers 404 (seed 993 with the control
+		// plane: a moved-off replica, the simulator panicked here).
+		return nil, 0, fmt.Errorf("n%d does not host group %d", peer, group)
 	}
 	ents, prev, err := p.logs[group].CommittedEntries(from, to, 1<<20)
 	if err != nil {
