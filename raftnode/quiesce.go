@@ -114,8 +114,9 @@ func (c *Core) heardFrom(peer uint64) {
 
 // peerBack takes a server heard from again after a silence (or followed
 // again, by a group that quiesced with it) back into the quiesced groups
-// that slept on without it (sleepWithout), without waking them: its replica had their whole log, and nothing was written since.
-// If its process restarted meanwhile, its replica is awake and its first
+// that slept on without it (sleepWithout), without waking them: its
+// replica had their whole log, and nothing was written since. If its
+// process restarted meanwhile, its replica is awake and its first
 // message in the group (a pre-vote, once its election timer runs out)
 // wakes the group; if it only stalled (a paused process, a one-way
 // partition), its quiesced replica kept hearing this server's liveness
@@ -206,9 +207,9 @@ func (c *Core) wakePeer(peer uint64) {
 	}
 }
 
-// Probing dead replicas whose server is alive: a pass over the groups
-// every probeEvery election timeouts, spread over one election timeout,
-// waking at most probeWakes groups a tick.
+// Probing the groups that sleep without a replica (probeDead): a pass over
+// the groups every probeEvery election timeouts, spread over one election
+// timeout, waking at most probeWakes groups a tick.
 const (
 	probeEvery = 10
 	probeWakes = 8
@@ -216,10 +217,9 @@ const (
 
 // probeDead wakes, now and then, the quiesced groups this server leads
 // that sleep without a replica: one silent in the group may be alive, and
-// stuck asleep in an older term — a
-// leader that quiesced its group before a one-way partition let the
-// others elect a new leader it never heard of, or a follower of that old
-// leader — and nothing else would ever reach it: the new leader sends
+// stuck asleep in an older term — a leader that quiesced its group before
+// a one-way partition let the others elect a new leader it never heard
+// of, or a follower of that old leader — and nothing else would reach it: the new leader sends
 // nothing to a replica it sleeps without, and the old one, asleep, sends
 // nothing at all (simulator seeds 148 and 574 with the control plane: two
 // quiesced leaders of one group in terms 2 and 3, for good, and the

@@ -166,13 +166,11 @@ func (p *peerBook) tells(node, group uint64, t raftpb.MessageType) (bool, uint64
 	return p.r.Tells(node, group, t), p.r.Addressee(node)
 }
 
-// memberDirs is Roster.MemberDirs with this server's own dir.
+// memberDirs is Roster.MemberDirs.
 func (p *peerBook) memberDirs(group, self, dir uint64) map[uint64]uint64 {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	m := p.r.MemberDirs(group)
-	m[self] = dir
-	return m
+	return p.r.MemberDirs(group, self, dir)
 }
 
 // candidate is Roster.Candidate.

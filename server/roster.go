@@ -257,10 +257,11 @@ func (r *Roster) Applied(self, group uint64, cs *raftpb.ConfState, context []byt
 	return changed
 }
 
-// MemberDirs is the known data dir of each member of a hosted group: what
-// a change adding a server tells it (memberContext.Members).
-func (r *Roster) MemberDirs(group uint64) map[uint64]uint64 {
-	out := map[uint64]uint64{}
+// MemberDirs is the known data dir of each member of a hosted group, with
+// this server's own (self, dir): what a change adding a server tells it
+// (memberContext.Members).
+func (r *Roster) MemberDirs(group, self, dir uint64) map[uint64]uint64 {
+	out := map[uint64]uint64{self: dir}
 	cs := r.members[group]
 	for _, id := range append(slices.Clone(cs.GetVoters()), cs.GetLearners()...) {
 		if d, ok := r.dirs[id]; ok {

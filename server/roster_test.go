@@ -239,4 +239,8 @@ func TestRosterJoinerLearnsMembersDirs(t *testing.T) {
 	r2.Applied(3, 1, cs, MemberContext(3, 0x33, map[uint64]uint64{2: 0x22}))
 	d, _ = r2.Dir(2)
 	require.Equal(t, uint64(0x2222), d, "a dir known stays")
+
+	// What a leader names: the members it knows, itself included.
+	r2.Hosted(1, cs)
+	require.Equal(t, map[uint64]uint64{1: 0x11, 2: 0x2222}, r2.MemberDirs(1, 1, 0x11), "n3's dir unknown here: left out")
 }

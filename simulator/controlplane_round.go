@@ -404,7 +404,7 @@ func (c *controlPlane) memberChange(leader, g uint64, stream string, ch server.M
 	}
 	cc := &raftpb.ConfChangeV2{Changes: []*raftpb.ConfChangeSingle{{Type: ch.ConfChange().Enum(), NodeId: new(id)}}}
 	if ch != server.Remove {
-		cc.Context = server.MemberContext(id, dir, l.memberDirs(g))
+		cc.Context = server.MemberContext(id, dir, l.roster.MemberDirs(g, l.id, l.dirID))
 	}
 	c.changing[g] = s.w.now + int64(3*time.Second)
 	s.w.runIn(l, func() {

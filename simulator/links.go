@@ -116,11 +116,3 @@ func (s *Sim) handshakes() {
 	}
 	s.w.after(300*time.Millisecond, nil, s.handshakes)
 }
-
-// memberDirs is what n, leading group g, names in a change adding a server:
-// the members' dirs it knows, its own included (server.MemberContext).
-func (n *node) memberDirs(g uint64) map[uint64]uint64 {
-	m := n.roster.MemberDirs(g)
-	m[n.id] = n.dirID
-	return m
-}

@@ -103,7 +103,7 @@ func (s *Sim) stepReplacement() {
 		}
 		cc := &raftpb.ConfChangeV2{Changes: []*raftpb.ConfChangeSingle{{Type: c.ConfChange().Enum(), NodeId: new(id)}}}
 		if c != server.Remove {
-			cc.Context = server.MemberContext(id, dir, l.memberDirs(g))
+			cc.Context = server.MemberContext(id, dir, l.roster.MemberDirs(g, l.id, l.dirID))
 		}
 		r.pending[g] = s.w.now + int64(3*time.Second)
 		s.w.runIn(l, func() {
