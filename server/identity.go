@@ -1,6 +1,7 @@
 package server
 
 import (
+	"bytes"
 	"crypto/rand"
 	"encoding/binary"
 	"encoding/json"
@@ -11,7 +12,6 @@ import (
 	"log/slog"
 	"path"
 	"slices"
-	"strings"
 	"sync"
 
 	"go.etcd.io/raft/v3/raftpb"
@@ -99,19 +99,37 @@ type peerBook struct {
 }
 
 func loadPeerBook(fsys vfs.FS, dir string, logger *slog.Logger) (*peerBook, error) {
-	var raw map[string]uint64
-	if _, err := readFile(fsys, path.Join(dir, peersFile), &raw); err != nil {
+	name := path.Join(dir, peersFile)
+	var raw map[string]json.RawMessage
+	if _, err := readFile(fsys, name, &raw); err != nil {
 		return nil, err
 	}
+	var f peersJSON
+	b, _ := json.Marshal(raw)
+	into := any(&f)
+	if _, ok := raw["dirs"]; !ok && len(raw) > 0 { // the first format: the dirs alone, all taken as confirmed
+		into = &f.Dirs
+	}
+	if err := decodeStrict(b, into); err != nil {
+		return nil, fmt.Errorf("%s: %w", name, err)
+	}
 	dirs := map[uint64]uint64{}
-	for k, v := range raw {
+	for k, v := range f.Dirs {
 		var id uint64
 		if _, err := fmt.Sscan(k, &id); err != nil || id == 0 {
-			return nil, fmt.Errorf("%s: bad node id %q", path.Join(dir, peersFile), k)
+			return nil, fmt.Errorf("%s: bad node id %q", name, k)
 		}
 		dirs[id] = v
 	}
-	return &peerBook{fs: fsys, dir: dir, log: logger, r: NewRoster(dirs)}, nil
+	return &peerBook{fs: fsys, dir: dir, log: logger, r: NewRoster(dirs, f.FirstContact)}, nil
+}
+
+// peersJSON is peers.json: the known data dir of each peer (node id ->
+// dir id) and the peers whose dir is known only from their handshake
+// (Roster.FirstContact).
+type peersJSON struct {
+	Dirs         map[string]uint64 `json:"dirs"`
+	FirstContact []uint64          `json:"first_contact,omitempty"`
 }
 
 // check is the transport's handshake check (Roster.Admit, recorded first).
@@ -198,11 +216,11 @@ func (p *peerBook) applied(self, group uint64, cs *raftpb.ConfState, context []b
 }
 
 func (p *peerBook) saveLocked() error {
-	raw := map[string]uint64{}
+	f := peersJSON{Dirs: map[string]uint64{}, FirstContact: p.r.FirstContact()}
 	for k, v := range p.r.Dirs() {
-		raw[fmt.Sprint(k)] = v
+		f.Dirs[fmt.Sprint(k)] = v
 	}
-	return writeFile(p.fs, p.dir, peersFile, raw)
+	return writeFile(p.fs, p.dir, peersFile, f)
 }
 
 // readFile decodes a JSON file; ok is false if it does not exist.
@@ -226,12 +244,17 @@ func readFile(fsys vfs.FS, name string, v any) (bool, error) {
 	if _, err := f.ReadAt(b, 0); err != nil && !errors.Is(err, io.EOF) {
 		return false, err
 	}
-	dec := json.NewDecoder(strings.NewReader(string(b)))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(v); err != nil {
+	if err := decodeStrict(b, v); err != nil {
 		return false, fmt.Errorf("%s: %w", name, err)
 	}
 	return true, nil
+}
+
+// decodeStrict decodes the JSON b into v, refusing unknown fields.
+func decodeStrict(b []byte, v any) error {
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	return dec.Decode(v)
 }
 
 // writeFile replaces dir/name with v as JSON, durably (a temporary file, fsync, rename,

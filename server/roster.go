@@ -18,7 +18,9 @@ import (
 //
 //   - A peer not known yet is accepted with the dir it presents, which is
 //     recorded first (trust on first contact; founders meet before their
-//     groups start, see Server.hostWhenFoundersKnown).
+//     groups start, see Server.hostWhenFoundersKnown). Such a record is
+//     provisional: a committed membership change naming another dir for
+//     that peer (memberContext.Members) replaces it (Applied).
 //   - A known peer presenting another dir lost its disk, and with it its
 //     votes and acknowledged entries. Until a membership change names its
 //     new dir, its answers (votes, acknowledgements) are not heard — they
@@ -35,18 +37,33 @@ import (
 //     be added back with a new data dir (a replaced disk): the dir it
 //     presented since becomes the known one.
 type Roster struct {
-	dirs      map[uint64]uint64
-	presented map[uint64]uint64 // the other dir a refused peer presented
-	members   map[uint64]*raftpb.ConfState
+	dirs         map[uint64]uint64
+	firstContact map[uint64]bool   // dirs recorded at a handshake, not yet named by a change
+	presented    map[uint64]uint64 // the other dir a refused peer presented
+	members      map[uint64]*raftpb.ConfState
 }
 
-// NewRoster returns a roster knowing dirs (node id -> data dir id).
-func NewRoster(dirs map[uint64]uint64) *Roster {
-	r := &Roster{dirs: map[uint64]uint64{}, presented: map[uint64]uint64{}, members: map[uint64]*raftpb.ConfState{}}
-	for k, v := range dirs {
-		r.dirs[k] = v
+// NewRoster returns a roster knowing dirs (node id -> data dir id), those of
+// firstContact only as they presented themselves (see FirstContact).
+func NewRoster(dirs map[uint64]uint64, firstContact []uint64) *Roster {
+	r := &Roster{dirs: maps.Clone(dirs), firstContact: map[uint64]bool{},
+		presented: map[uint64]uint64{}, members: map[uint64]*raftpb.ConfState{}}
+	if r.dirs == nil {
+		r.dirs = map[uint64]uint64{}
+	}
+	for _, id := range firstContact {
+		if _, ok := r.dirs[id]; ok {
+			r.firstContact[id] = true
+		}
 	}
 	return r
+}
+
+// FirstContact returns the nodes whose known dir is the one they presented
+// at a handshake, not yet confirmed by a membership change, sorted: what
+// NewRoster takes back.
+func (r *Roster) FirstContact() []uint64 {
+	return slices.Sorted(maps.Keys(r.firstContact))
 }
 
 // errDirChanged: a peer presents another data dir than the one known.
@@ -67,6 +84,7 @@ func (r *Roster) Admit(node, dir uint64) (record bool, err error) {
 			errDirChanged, node, dir, known, node)
 	}
 	r.dirs[node] = dir
+	r.firstContact[node] = true
 	delete(r.presented, node)
 	return true, nil
 }
@@ -211,9 +229,11 @@ func (r *Roster) Applied(self, group uint64, cs *raftpb.ConfState, context []byt
 			// handshake would record it first-hand; the connection stays up).
 			if p, ok := r.presented[id]; ok {
 				r.dirs[id] = p
+				r.firstContact[id] = true
 				changed = true
 			} else if _, ok := r.dirs[id]; ok {
 				delete(r.dirs, id)
+				delete(r.firstContact, id)
 				changed = true
 			}
 			delete(r.presented, id)
@@ -228,8 +248,9 @@ func (r *Roster) Applied(self, group uint64, cs *raftpb.ConfState, context []byt
 	}
 	if mc.Node != 0 && mc.Node != self && mc.DirID != 0 &&
 		(slices.Contains(cs.GetVoters(), mc.Node) || slices.Contains(cs.GetLearners(), mc.Node)) {
-		if r.dirs[mc.Node] != mc.DirID {
+		if r.dirs[mc.Node] != mc.DirID || r.firstContact[mc.Node] {
 			r.dirs[mc.Node] = mc.DirID
+			delete(r.firstContact, mc.Node)
 			changed = true
 		}
 		if r.presented[mc.Node] == mc.DirID {
@@ -244,14 +265,23 @@ func (r *Roster) Applied(self, group uint64, cs *raftpb.ConfState, context []byt
 	// whose votes then counted as the old one's (simulator seed 5329:
 	// n3, replaced, could not reach n2 until n2's disk was replaced too,
 	// took its new dir at first contact, and won an election with its
-	// vote, losing acknowledged writes). A dir known already stays:
-	// handshakes and later changes keep it.
+	// vote, losing acknowledged writes). A dir it took at first contact
+	// before the change applied gives way the same: the change is the
+	// quorum's word, the handshake only the peer's; the peer, if it
+	// presented another dir, is then refused as a replaced one (Stale).
+	// A dir known from a change stays: later changes keep it.
 	for _, id := range slices.Sorted(maps.Keys(mc.Members)) {
 		d := mc.Members[id]
-		if _, known := r.dirs[id]; id == self || d == 0 || known || !isMember(cs, id) {
+		if id == self || d == 0 || !isMember(cs, id) {
 			continue
 		}
+		if known, ok := r.dirs[id]; ok && !r.firstContact[id] {
+			continue
+		} else if ok && known != d {
+			r.presented[id] = known
+		}
 		r.dirs[id] = d
+		delete(r.firstContact, id)
 		changed = true
 	}
 	return changed

@@ -14,7 +14,7 @@ import (
 // names its new dir; a leader that still knows the old dir says so (Stale)
 // instead of naming it in a change.
 func TestRosterDataDirs(t *testing.T) {
-	r := NewRoster(map[uint64]uint64{2: 0x22, 3: 0x33})
+	r := NewRoster(map[uint64]uint64{2: 0x22, 3: 0x33}, nil)
 	r.Hosted(1, &raftpb.ConfState{Voters: []uint64{1, 2, 3}})
 	r.Hosted(2, &raftpb.ConfState{Voters: []uint64{1, 2, 3}})
 
@@ -44,14 +44,14 @@ func TestRosterDataDirs(t *testing.T) {
 	require.NoError(t, err)
 	require.False(t, rec)
 	// A server forgotten without having come back is simply unknown.
-	r3 := NewRoster(map[uint64]uint64{3: 0x33})
+	r3 := NewRoster(map[uint64]uint64{3: 0x33}, nil)
 	r3.Hosted(1, &raftpb.ConfState{Voters: []uint64{1, 2, 3}})
 	require.True(t, r3.Applied(1, 1, &raftpb.ConfState{Voters: []uint64{1, 2}}, nil))
 	_, known = r3.Dir(3)
 	require.False(t, known)
 
 	// A change adding it back names its dir: every replica records it.
-	r2 := NewRoster(map[uint64]uint64{3: 0x33})
+	r2 := NewRoster(map[uint64]uint64{3: 0x33}, nil)
 	r2.Hosted(1, &raftpb.ConfState{Voters: []uint64{1, 2}})
 	require.True(t, r2.Applied(1, 1, &raftpb.ConfState{Voters: []uint64{1, 2}, Learners: []uint64{3}}, MemberContext(3, 0x99, nil)))
 	d, _ = r2.Dir(3)
@@ -66,7 +66,7 @@ func TestRosterDataDirs(t *testing.T) {
 // quorum made it leader (simulator seed 236: the replaced server led every
 // group, and a server that missed the change refused it for good).
 func TestRosterHearsAStaleServerOnlyAsLeader(t *testing.T) {
-	r := NewRoster(map[uint64]uint64{2: 0x22, 3: 0x33})
+	r := NewRoster(map[uint64]uint64{2: 0x22, 3: 0x33}, nil)
 	r.Hosted(1, &raftpb.ConfState{Voters: []uint64{1, 2, 3}})
 	for _, typ := range []raftpb.MessageType{raftpb.MsgApp, raftpb.MsgVoteResp, raftpb.MsgAppResp, raftpb.MsgHeartbeatResp} {
 		require.True(t, r.Hears(3, typ), "a peer with its own dir is heard: %v", typ)
@@ -90,7 +90,7 @@ func TestRosterHearsAStaleServerOnlyAsLeader(t *testing.T) {
 // the old disk's (simulator seed 16: a wiped follower panicked on a
 // heartbeat committing entries it no longer had).
 func TestRosterTellsAStaleServerOnlyAnswers(t *testing.T) {
-	r := NewRoster(map[uint64]uint64{3: 0x33})
+	r := NewRoster(map[uint64]uint64{3: 0x33}, nil)
 	require.True(t, r.Tells(3, 1, raftpb.MsgHeartbeat))
 	_, err := r.Admit(3, 0x99)
 	require.ErrorIs(t, err, errDirChanged)
@@ -107,7 +107,7 @@ func TestRosterTellsAStaleServerOnlyAnswers(t *testing.T) {
 // empty disk, and forgetting its old dir (it left every group) lifts the
 // stale-dir rule (simulator seed 559 with quiescence).
 func TestRosterTellsNoRequestToANodeThatLeftTheGroup(t *testing.T) {
-	r := NewRoster(map[uint64]uint64{1: 0x11, 2: 0x22, 3: 0x33})
+	r := NewRoster(map[uint64]uint64{1: 0x11, 2: 0x22, 3: 0x33}, nil)
 	r.Hosted(7, &raftpb.ConfState{Voters: []uint64{1, 2, 3}})
 	_, err := r.Admit(1, 0x99) // n1 is back on a wiped disk
 	require.ErrorIs(t, err, errDirChanged)
@@ -134,7 +134,7 @@ func TestRosterTellsNoRequestToANodeThatLeftTheGroup(t *testing.T) {
 // its group with no membership, and after its snapshot install could
 // never campaign, so the balancer's transfers to it never happened).
 func TestRosterEmptyMembershipIsUnknown(t *testing.T) {
-	r := NewRoster(map[uint64]uint64{1: 0x11, 2: 0x22, 3: 0x33})
+	r := NewRoster(map[uint64]uint64{1: 0x11, 2: 0x22, 3: 0x33}, nil)
 	r.Hosted(7, &raftpb.ConfState{})
 	require.True(t, r.Tells(2, 7, raftpb.MsgVote), "membership unknown yet")
 	r.Applied(1, 7, &raftpb.ConfState{Voters: []uint64{1, 2}}, nil) // the snapshot's
@@ -147,7 +147,7 @@ func TestRosterEmptyMembershipIsUnknown(t *testing.T) {
 // a peer in good standing, the dir a refused peer presented (it is sent
 // only answers), none for a peer not known.
 func TestRosterAddressee(t *testing.T) {
-	r := NewRoster(map[uint64]uint64{2: 0x22, 3: 0x33})
+	r := NewRoster(map[uint64]uint64{2: 0x22, 3: 0x33}, nil)
 	r.Hosted(1, &raftpb.ConfState{Voters: []uint64{1, 2, 3}})
 	require.Equal(t, uint64(0x22), r.Addressee(2))
 	require.Zero(t, r.Addressee(4), "not known: whoever presents itself")
@@ -169,7 +169,7 @@ func TestRosterAddressee(t *testing.T) {
 // member before and after), the re-add's context, replayed after it, does.
 // A replayed context of a node no longer a member records nothing.
 func TestRosterInstallAcrossARemoveAndReAdd(t *testing.T) {
-	r := NewRoster(map[uint64]uint64{2: 0x22, 3: 0x33})
+	r := NewRoster(map[uint64]uint64{2: 0x22, 3: 0x33}, nil)
 	r.Hosted(1, &raftpb.ConfState{Voters: []uint64{1, 2, 3}})
 	_, err := r.Admit(3, 0x99) // node 3's disk was replaced
 	require.ErrorIs(t, err, errDirChanged)
@@ -192,7 +192,7 @@ func TestRosterInstallAcrossARemoveAndReAdd(t *testing.T) {
 // waits for it. Before, the leader refused it as not connected for as
 // long as the stream lived, and a move back stalled.
 func TestRosterCandidateForgottenWhileConnected(t *testing.T) {
-	r := NewRoster(map[uint64]uint64{2: 0x22, 4: 0x44})
+	r := NewRoster(map[uint64]uint64{2: 0x22, 4: 0x44}, nil)
 	r.Hosted(1, &raftpb.ConfState{Voters: []uint64{1, 2, 3}})
 	require.True(t, r.Applied(3, 1, &raftpb.ConfState{Voters: []uint64{1, 3, 4}}, nil), "node 2 left: forgotten")
 
@@ -219,7 +219,7 @@ func TestRosterCandidateForgottenWhileConnected(t *testing.T) {
 // its new dir, and won an election with its vote, losing acknowledged
 // writes). Dirs it knows already stay.
 func TestRosterJoinerLearnsMembersDirs(t *testing.T) {
-	r := NewRoster(nil) // n3, on a new disk
+	r := NewRoster(nil, nil) // n3, on a new disk
 	cs := &raftpb.ConfState{Voters: []uint64{1, 2}, Learners: []uint64{3}}
 	r.Hosted(1, &raftpb.ConfState{})
 	require.True(t, r.Applied(3, 1, cs, MemberContext(3, 0x33, map[uint64]uint64{1: 0x11, 2: 0x22, 3: 0x33, 9: 0x99})))
@@ -234,7 +234,7 @@ func TestRosterJoinerLearnsMembersDirs(t *testing.T) {
 	require.ErrorIs(t, err, errDirChanged, "n2 on a new disk is refused, not taken at first contact")
 	require.True(t, r.Stale(2))
 
-	r2 := NewRoster(map[uint64]uint64{2: 0x2222})
+	r2 := NewRoster(map[uint64]uint64{2: 0x2222}, nil)
 	r2.Hosted(1, &raftpb.ConfState{Voters: []uint64{1, 2}})
 	r2.Applied(3, 1, cs, MemberContext(3, 0x33, map[uint64]uint64{2: 0x22}))
 	d, _ = r2.Dir(2)
@@ -243,4 +243,39 @@ func TestRosterJoinerLearnsMembersDirs(t *testing.T) {
 	// What a leader names: the members it knows, itself included.
 	r2.Hosted(1, cs)
 	require.Equal(t, map[uint64]uint64{1: 0x11, 2: 0x2222}, r2.MemberDirs(1, 1, 0x11), "n3's dir unknown here: left out")
+}
+
+// A replaced server that meets a peer before it applies its own addition
+// takes the peer's dir at first contact; if that peer's disk was replaced
+// too, the dir is an empty disk's. The change adding the server names the
+// dir the quorum knows, and it wins over the handshake: the peer is then
+// refused as a replaced one (its votes not heard) instead of counting as
+// the server whose log it lost. A dir a change named stays.
+func TestRosterChangeOverridesFirstContact(t *testing.T) {
+	r := NewRoster(nil, nil) // n3, on a new disk
+	record, err := r.Admit(2, 0xbad)
+	require.NoError(t, err)
+	require.True(t, record)
+	require.Equal(t, []uint64{2}, r.FirstContact())
+	r.Hosted(1, &raftpb.ConfState{})
+	cs := &raftpb.ConfState{Voters: []uint64{1, 2}, Learners: []uint64{3}}
+	require.True(t, r.Applied(3, 1, cs, MemberContext(3, 0x33, map[uint64]uint64{1: 0x11, 2: 0x22})))
+	d, _ := r.Dir(2)
+	require.Equal(t, uint64(0x22), d, "the quorum's word, not the handshake's")
+	require.True(t, r.Stale(2), "n2 presented another dir: a replaced disk")
+	require.False(t, r.Hears(2, raftpb.MsgVoteResp), "its votes do not count as the old disk's")
+	require.Equal(t, uint64(0xbad), r.Addressee(2))
+	require.Empty(t, r.FirstContact(), "confirmed")
+
+	// Confirmed by a change, a dir stays.
+	r.Applied(3, 1, cs, MemberContext(3, 0x33, map[uint64]uint64{2: 0x2222}))
+	d, _ = r.Dir(2)
+	require.Equal(t, uint64(0x22), d)
+
+	// The same dir at first contact and in the change: confirmed, nothing refused.
+	r2 := NewRoster(map[uint64]uint64{1: 0x11}, []uint64{1})
+	r2.Hosted(1, &raftpb.ConfState{})
+	require.True(t, r2.Applied(3, 1, cs, MemberContext(3, 0x33, map[uint64]uint64{1: 0x11})))
+	require.False(t, r2.Stale(1))
+	require.Empty(t, r2.FirstContact())
 }

@@ -44,7 +44,7 @@ func (s *Sim) wipe(n *node, d time.Duration) {
 	n.promised = nil // a new disk promises nothing
 	n.setDisk(vfs.NewMem())
 	n.dirID = s.dirR.Uint64() | 1
-	n.roster = server.NewRoster(nil)
+	n.roster = server.NewRoster(nil, nil)
 	n.joining = true
 	s.w.fault(FaultWipeDisk.String(), "n%d loses its disk; back on an empty one (data dir %016x) after %v", n.id, n.dirID, d)
 	s.replacing = &replacement{n: n, started: s.w.now, pending: map[uint64]int64{}}

@@ -130,6 +130,9 @@ type Sim struct {
 	cut       map[[2]uint64]int // raft links cut (from, to)
 	clientCut map[uint64]int    // client links to a node cut
 	clog      map[[2]uint64]time.Duration
+	// lastOnLink is when the last message sent on each raft stream
+	// (from, to) arrives: the next one arrives after it (inOrder).
+	lastOnLink map[[2]uint64]int64
 
 	nextProp raftnode.ProposalID
 	rec      *checker.Recorder
@@ -180,7 +183,7 @@ func newSim(cfg Config) (*Sim, error) {
 	s := &Sim{
 		cfg: cfg, w: w, tick: 10 * time.Millisecond,
 		netR: w.stream("network"), nemR: w.stream("nemesis"), wlR: w.stream("workload"), dirR: w.stream("dirs"), queueR: w.stream("transport-queue"), hopR: w.stream("completion-hop"),
-		cut: map[[2]uint64]int{}, clientCut: map[uint64]int{}, clog: map[[2]uint64]time.Duration{},
+		cut: map[[2]uint64]int{}, clientCut: map[uint64]int{}, clog: map[[2]uint64]time.Duration{}, lastOnLink: map[[2]uint64]int64{},
 		progress: map[string]bool{}, demoted: map[uint64]uint64{},
 		traceEffects: cfg.TraceEffects, detections: map[string]int{},
 	}
@@ -313,13 +316,15 @@ func (s *Sim) newNodes() []uint64 {
 		s.nodes = append(s.nodes, n)
 	}
 	// The founders met before their groups started: each knows every
-	// other's data dir (server.hostWhenFoundersKnown).
+	// other's data dir, as it presented it (server.hostWhenFoundersKnown).
 	dirs := map[uint64]uint64{}
+	var ids []uint64
 	for _, n := range s.nodes {
 		dirs[n.id] = n.dirID
+		ids = append(ids, n.id)
 	}
 	for _, n := range s.nodes {
-		n.roster = server.NewRoster(dirs)
+		n.roster = server.NewRoster(dirs, ids)
 	}
 	return voters
 }
