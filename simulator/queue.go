@@ -87,7 +87,7 @@ func (s *Sim) redial(from, to *node, q *outQueue) {
 			continue
 		}
 		msg, group := qm.m, qm.group
-		s.w.after(s.linkLatency(from, to), to, func() {
+		s.w.at(s.inOrder(from, to), to, func() {
 			if !to.hears(from, msg.GetType()) {
 				return
 			}

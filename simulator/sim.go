@@ -68,7 +68,8 @@ type Config struct {
 	// modelBefore1203 replays a seed on the course it took before 3
 	// December: peers admitted at every message (no raft streams,
 	// links.go), a produce's outcome reaching its session at once (no
-	// hop, conn.go), and no client.large-values.
+	// hop, conn.go), no client.large-values, and raft messages as
+	// datagrams, each on its own latency (network.go, inOrder).
 	modelBefore1203 bool
 	// NoBuggify switches every BUGGIFY site off.
 	NoBuggify bool
