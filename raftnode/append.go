@@ -34,11 +34,19 @@ func Replaces(l Log, m *raftpb.Message) bool {
 }
 
 // EffectGroup returns the group a storage effect (Append, SaveConfState,
-// Retain, SetConfig, SaveProducers, Applied) belongs to.
+// Retain, SetConfig, SaveProducers, Applied, and the rest of an append
+// whose snapshot was installed) belongs to.
 func EffectGroup(e Effect) (uint64, bool) {
 	switch e := e.(type) {
 	case Append:
 		return e.Group, true
+	case installed:
+		// Known here so that a group removed while it waits for the writer
+		// takes it out of the queue with the rest: left in, it was written
+		// to the log of no group (simulator seed 3006 with the control
+		// plane: a nil log, the server panicked) or, had the group been
+		// added back meanwhile, to its new log.
+		return e.a.Group, true
 	case SaveConfState:
 		return e.Group, true
 	case Retain:
