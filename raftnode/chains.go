@@ -1,6 +1,9 @@
 package raftnode
 
-import "errors"
+import (
+	"errors"
+	"maps"
+)
 
 // Chain names the proposals of one client connection, in the order it
 // made them (a Kafka connection's produces: 0 is none). Once one of a
@@ -62,5 +65,11 @@ func (cs *chains) settle(c Complete) {
 	}
 }
 
-// end forgets a chain whose connection closed.
-func (cs *chains) end(chain Chain) { delete(cs.failed, chain) }
+// end forgets a chain whose connection closed, its proposals still in
+// flight included: no proposal of it comes after (the connection's loop
+// submitted them all before it closed), and a failure of one of them,
+// noted, would keep the chain for good.
+func (cs *chains) end(chain Chain) {
+	delete(cs.failed, chain)
+	maps.DeleteFunc(cs.of, func(_ ProposalID, c Chain) bool { return c == chain })
+}

@@ -121,6 +121,19 @@ func (c *Core) transferring(g *group) bool {
 	return g.role == raft.StateLeader && g.rn.BasicStatus().LeadTransferee != 0
 }
 
+// refuseQueued answers proposals that never went into raft: not the
+// leader, not written.
+func (c *Core) refuseQueued(g *group, qs []queuedProposal) {
+	if len(qs) == 0 {
+		return
+	}
+	c.steppedProducers(g, qs, nil, nil, false)
+	for _, q := range qs {
+		g.uncommitted -= uint64(len(q.entry.GetData()))
+		c.emit(Complete{Group: g.id, ID: q.id, Err: ErrNotLeader})
+	}
+}
+
 // mergeLimit bounds the entry that small user proposals stepped together
 // are merged into. Many proposals in one entry share its per-entry costs
 // (record, checksum, index and cache entries, protobuf framing, raft's
@@ -138,11 +151,7 @@ func (c *Core) proposeNow(g *group, qs []queuedProposal) {
 	// One message for all: raft appends them together and sends one
 	// append per follower. It takes all or none.
 	if err := g.rn.Step(&raftpb.Message{Type: raftpb.MsgProp.Enum(), From: new(c.cfg.ID), Entries: ents}); err != nil {
-		c.steppedProducers(g, qs, parts, nil, false)
-		for _, q := range qs {
-			g.uncommitted -= uint64(len(q.entry.GetData()))
-			c.emit(Complete{Group: g.id, ID: q.id, Err: ErrNotLeader})
-		}
+		c.refuseQueued(g, qs)
 		c.drain(g)
 		return
 	}

@@ -196,6 +196,15 @@ func (c *Core) noteSoftState(g *group, ss *raft.SoftState) {
 			c.readFailed(g, id, ErrNotLeader)
 		}
 		g.reads = nil
+		// Proposals still queued belong to the term that is going: kept,
+		// they were stepped into raft once this server led again, in a
+		// later term, after an earlier proposal of their connection had
+		// been stepped in the old one and overwritten — a hole in the
+		// connection's writes (simulator seed 2226 with the control plane:
+		// an idempotent producer's sequence 34 lost, 35-37 written).
+		qs := g.queued
+		g.queued = nil
+		c.refuseQueued(g, qs)
 	}
 	c.noteRole(g, ss.RaftState)
 	if ss.Lead != g.lead {

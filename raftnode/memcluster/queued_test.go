@@ -1,0 +1,45 @@
+package memcluster
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/require"
+	"go.etcd.io/raft/v3/raftpb"
+
+	"github.com/vdl-project/vdl/raftnode"
+)
+
+// A leader's proposals wait in its queue while two appends are in flight.
+// When its leadership goes, those still queued are refused at once (not
+// the leader: not written). Kept, they went into raft once the server led
+// again, in a later term, behind an earlier proposal of their connection
+// that the old term had taken and a new leader overwrote: a hole in the
+// connection's writes (simulator seed 2226: an idempotent producer's
+// sequence 34 lost, 35-37 written).
+func TestQueuedProposalsGoWithTheTerm(t *testing.T) {
+	c := newCluster(t, 1, []uint64{1, 2, 3}, []uint64{1}, nil)
+	l := waitLeader(t, c, 1)
+	var ids []raftnode.ProposalID
+	for i := range 3 { // no step of the cluster in between: no write finishes
+		c.nextID++
+		l.Raft.ProposeRecords(1, c.nextID, batch(1, []byte{byte('a' + i)}), 1, 7)
+		l.Raft.Flush()
+		ids = append(ids, c.nextID)
+	}
+	for _, id := range ids {
+		_, done := c.Results[id]
+		require.False(t, done)
+	}
+
+	st, _ := l.Raft.Status(1)
+	other := otherNode(c, l.ID)
+	l.Raft.Step(1, &raftpb.Message{Type: raftpb.MsgHeartbeat.Enum(), From: new(other), To: new(l.ID), Term: new(st.Term + 1)})
+	l.Raft.Flush()
+	st, _ = l.Raft.Status(1)
+	require.NotEqual(t, "StateLeader", st.Role)
+	r, done := c.Results[ids[2]]
+	require.True(t, done, "the queued proposal is answered when the leadership goes")
+	require.ErrorIs(t, r.Err, raftnode.ErrNotLeader)
+	_, done = c.Results[ids[0]]
+	require.False(t, done, "the first went into raft's log: overwritten or committed, told later")
+}
