@@ -87,6 +87,13 @@ func (s *Sim) sendRaft(from *node, group uint64, m *raftpb.Message) {
 		s.w.faults["net-loss"]++
 		return
 	}
+	// The data dir it is decided for, checked when it goes out on a
+	// stream (transport.SendTo): a stream to a paused peer that restarted
+	// since cannot finish its handshake until the peer runs again, and
+	// then presents its new dir (seed 8847: a stale leader's heartbeat,
+	// decided for a wiped server's old disk, reached its new one held
+	// across a pause, and it fail-stopped on the commit index).
+	dir := from.roster.Addressee(to.id)
 	copies := 1
 	if s.w.bug.fire(s.netR, "net.duplicate", 0.02) {
 		copies = 2
@@ -101,6 +108,10 @@ func (s *Sim) sendRaft(from *node, group uint64, m *raftpb.Message) {
 			at = s.w.now + int64(s.linkLatency(from, to))
 		}
 		s.w.at(at, to, func() {
+			if dir != 0 && dir != to.dirID {
+				s.w.faults["sent-to-another-dir"]++
+				return
+			}
 			if !to.hears(from, msg.GetType()) {
 				return // a server with another data dir, not heard (server.Roster.Hears)
 			}
