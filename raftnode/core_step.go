@@ -44,6 +44,10 @@ func (c *Core) Step(group uint64, m *raftpb.Message) {
 		c.cfg.Logger.Warningf("raftnode: group %d: dropping %v from %d: %v", group, m.GetType(), m.GetFrom(), err)
 		return
 	}
+	if err := checkCommit(g, m); err != nil {
+		c.cfg.Logger.Warningf("raftnode: group %d: dropping %v from %d: %v", group, m.GetType(), m.GetFrom(), err)
+		return
+	}
 	if g.heard == nil {
 		g.heard = map[uint64]uint64{}
 	}
@@ -99,6 +103,27 @@ func checkEntries(m *raftpb.Message) error {
 		}
 	}
 	return nil
+}
+
+// checkCommit refuses a heartbeat that commits past this replica's log.
+// A leader sends a follower the smaller of its commit index and what the
+// follower acknowledged, and a follower acknowledges only what it wrote,
+// so such a heartbeat was decided for a log this server no longer has: a
+// group removed from it and hosted again since (the same data dir, an
+// empty log), the message held in the sender's transport queue across
+// both (simulator seed 6800 with the control plane: a stale leader's
+// heartbeat, queued 2.7 s while the server was down, reached the group
+// hosted anew). raft would stop the server ("tocommit(13) is out of range
+// [lastIndex(0)]"); dropped, it is a lost message.
+func checkCommit(g *group, m *raftpb.Message) error {
+	if m.GetType() != raftpb.MsgHeartbeat {
+		return nil
+	}
+	last, err := g.st.LastIndex()
+	if err != nil || m.GetCommit() <= last {
+		return nil
+	}
+	return fmt.Errorf("it commits %d, past this log's last index %d: decided for a log this server no longer has", m.GetCommit(), last)
 }
 
 // ReadIndex asks the group's leader to confirm it still leads (a heartbeat

@@ -20,7 +20,7 @@ func TestQueuedProposalsGoWithTheTerm(t *testing.T) {
 	c := newCluster(t, 1, []uint64{1, 2, 3}, []uint64{1}, nil)
 	l := waitLeader(t, c, 1)
 	var ids []raftnode.ProposalID
-	for i := range 3 { // no step of the cluster in between: no write finishes
+	for i := range 5 { // no step of the cluster in between: no write finishes
 		c.nextID++
 		l.Raft.ProposeRecords(1, c.nextID, batch(1, []byte{byte('a' + i)}), 1, 7)
 		l.Raft.Flush()
@@ -37,9 +37,18 @@ func TestQueuedProposalsGoWithTheTerm(t *testing.T) {
 	l.Raft.Flush()
 	st, _ = l.Raft.Status(1)
 	require.NotEqual(t, "StateLeader", st.Role)
-	r, done := c.Results[ids[2]]
-	require.True(t, done, "the queued proposal is answered when the leadership goes")
-	require.ErrorIs(t, r.Err, raftnode.ErrNotLeader)
-	_, done = c.Results[ids[0]]
-	require.False(t, done, "the first went into raft's log: overwritten or committed, told later")
+	// Two appends at most in flight (the leader's own, perhaps, among them):
+	// the first proposals went into raft's log (overwritten or committed,
+	// told later), the rest waited in the queue and are refused now.
+	refused := 0
+	for i, id := range ids {
+		r, done := c.Results[id]
+		if !done {
+			require.Zero(t, refused, "proposal %d: the queued ones are the last", i)
+			continue
+		}
+		require.ErrorIs(t, r.Err, raftnode.ErrNotLeader, "proposal %d", i)
+		refused++
+	}
+	require.GreaterOrEqual(t, refused, 3, "the queued proposals are answered when the leadership goes")
 }
