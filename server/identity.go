@@ -100,18 +100,12 @@ type peerBook struct {
 
 func loadPeerBook(fsys vfs.FS, dir string, logger *slog.Logger) (*peerBook, error) {
 	name := path.Join(dir, peersFile)
-	var raw map[string]json.RawMessage
-	if _, err := readFile(fsys, name, &raw); err != nil {
-		return nil, err
-	}
 	var f peersJSON
-	b, _ := json.Marshal(raw)
-	into := any(&f)
-	if _, ok := raw["dirs"]; !ok && len(raw) > 0 { // the first format: the dirs alone, all taken as confirmed
-		into = &f.Dirs
-	}
-	if err := decodeStrict(b, into); err != nil {
-		return nil, fmt.Errorf("%s: %w", name, err)
+	if _, err := readFile(fsys, name, &f); err != nil {
+		// The first format: the dirs alone, every one taken as confirmed.
+		if _, errOld := readFile(fsys, name, &f.Dirs); errOld != nil {
+			return nil, err
+		}
 	}
 	dirs := map[uint64]uint64{}
 	for k, v := range f.Dirs {
@@ -244,17 +238,12 @@ func readFile(fsys vfs.FS, name string, v any) (bool, error) {
 	if _, err := f.ReadAt(b, 0); err != nil && !errors.Is(err, io.EOF) {
 		return false, err
 	}
-	if err := decodeStrict(b, v); err != nil {
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
 		return false, fmt.Errorf("%s: %w", name, err)
 	}
 	return true, nil
-}
-
-// decodeStrict decodes the JSON b into v, refusing unknown fields.
-func decodeStrict(b []byte, v any) error {
-	dec := json.NewDecoder(bytes.NewReader(b))
-	dec.DisallowUnknownFields()
-	return dec.Decode(v)
 }
 
 // writeFile replaces dir/name with v as JSON, durably (a temporary file, fsync, rename,
