@@ -27,10 +27,11 @@ import (
 // run with tail_cache_bytes = 16 MiB (tuned down, labelled; on defaults
 // the budget holds the whole 200 MiB stream here), so the old stream is
 // read from its segment files (dropped from the page cache once written:
-// the leader's disk reads during the catch-up are printed). Three
+// the leader's disk reads during the catch-up are printed). Four
 // clusters, one after the other: catch-up reads unbounded
-// (catchup_read_bytes = 1 GiB), the default budget, and a paced one
-// (tuned: catchup_read_bytes_per_sec = 64 MiB).
+// (catchup_read_bytes = 1 GiB, not yielding to writes), the budget's
+// default in flight not yielding, the default (yielding to writes), and
+// a paced one (tuned: catchup_read_bytes_per_sec = 64 MiB, not yielding).
 //
 //	make bench-read
 func BenchmarkCatchUpIsolation(b *testing.B) {
@@ -48,12 +49,14 @@ disk (tail_cache_bytes = 16 MiB, tuned down so that it does), %d rounds of 5 s e
 		for _, v := range []struct {
 			name          string
 			inFlight, bps int64
+			noYield       bool
 		}{
-			{"unbounded (catchup_read_bytes = 1 GiB: no bound in practice; preads still of 1 MiB)", 1 << 30, 0},
-			{"default budget (catchup_read_bytes = 16 MiB, not paced)", 0, 0},
-			{"paced (tuned: catchup_read_bytes_per_sec = 64 MiB)", 0, 64 * mib},
+			{"unbounded (catchup_read_bytes = 1 GiB: no bound in practice; preads still of 1 MiB; not yielding)", 1 << 30, 0, true},
+			{"in-flight (catchup_read_bytes = 16 MiB, the default, not yielding to writes)", 0, 0, true},
+			{"default (16 MiB in flight, yielding to writes)", 0, 0, false},
+			{"paced (tuned: catchup_read_bytes_per_sec = 64 MiB, not yielding)", 0, 64 * mib, true},
 		} {
-			ratio := isolationRun(b, v.name, total, rounds, v.inFlight, v.bps)
+			ratio := isolationRun(b, v.name, total, rounds, v.inFlight, v.bps, v.noYield)
 			b.ReportMetric(ratio, "p99-ratio-"+strings.Fields(v.name)[0])
 		}
 	}
@@ -61,9 +64,9 @@ disk (tail_cache_bytes = 16 MiB, tuned down so that it does), %d rounds of 5 s e
 
 // isolationRun runs one cluster through rounds of idle and catch-up
 // phases, prints them and returns the p99 ratio over all rounds.
-func isolationRun(b *testing.B, name string, total int64, rounds int, inFlight, bps int64) float64 {
+func isolationRun(b *testing.B, name string, total int64, rounds int, inFlight, bps int64, noYield bool) float64 {
 	c := StartCluster(b, Options{Streams: []string{"old", "live"}, LogLevel: "warn", TailCacheBytes: 16 * mib,
-		CatchUpReadBytes: inFlight, CatchUpReadBytesPerSec: bps})
+		CatchUpReadBytes: inFlight, CatchUpReadBytesPerSec: bps, CatchUpReadsNoYield: noYield})
 	defer c.StopAll()
 	brokers := c.KafkaAddrs()
 	produceBytes(b, brokers, "old", total)

@@ -176,8 +176,12 @@ type StorageConfig struct {
 	// streams together (storage.ReadBudget). Default 16 MiB.
 	CatchUpReadBytes int64 `toml:"catchup_read_bytes"`
 	// CatchUpReadBytesPerSec paces them, all streams together. 0
-	// (default): not paced.
+	// (default): no fixed cap.
 	CatchUpReadBytesPerSec int64 `toml:"catchup_read_bytes_per_sec"`
+	// CatchUpReadsNoYield turns off catch-up reads yielding to writes (by
+	// default they are paced while the logs' fdatasyncs take twice as
+	// long as without them: storage.ReadBudget).
+	CatchUpReadsNoYield bool `toml:"catchup_reads_no_yield"`
 	// RetentionCheckMs is how often a leader applies its streams'
 	// retention policies. Default 30000.
 	RetentionCheckMs int `toml:"retention_check_ms"`

@@ -12,6 +12,7 @@ import (
 	"go.etcd.io/raft/v3"
 
 	"github.com/vdl-project/vdl/kafka"
+	"github.com/vdl-project/vdl/storage"
 )
 
 // metrics are one server's Prometheus metrics (GET /metrics on the admin
@@ -70,6 +71,20 @@ func newMetrics() *metrics {
 	}
 	m.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
+}
+
+// watchReadBudget exports the state of the server's catch-up read budget.
+func (m *metrics) watchReadBudget(b *storage.ReadBudget) {
+	m.reg.MustRegister(
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "vdl_storage_catchup_read_waits_total",
+			Help: "Catch-up disk reads that waited for the read budget (bytes in flight, or paced)."},
+			func() float64 { return float64(b.Waits()) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "vdl_storage_catchup_read_waiting",
+			Help: "Catch-up disk reads waiting for the read budget now."},
+			func() float64 { return float64(b.Waiting()) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "vdl_storage_catchup_read_pace_bytes_per_second",
+			Help: "The rate catch-up disk reads are paced to now: catchup_read_bytes_per_sec, or less while they yield to writes; 0: not paced."},
+			func() float64 { return float64(b.Pace()) }))
 }
 
 // factory registers metrics on a registry.

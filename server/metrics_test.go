@@ -21,6 +21,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/vdl-project/vdl/kafka"
 	"github.com/vdl-project/vdl/raftnode"
+	"github.com/vdl-project/vdl/storage"
 )
 
 // TestMetricsAndProfiles produces and consumes through a real cluster
@@ -87,6 +88,9 @@ func TestMetricsAndProfiles(t *testing.T) {
 	require.Positive(t, get("vdl_storage_tail_cache_hits_total", "stream", "s").GetCounter().GetValue(), "the consumer read the tail")
 	require.NotNil(t, get("vdl_storage_tail_cache_misses_total", "stream", "s").GetCounter())
 	require.NotNil(t, get("vdl_storage_catchup_read_bytes_total", "stream", "s").GetCounter())
+	require.Zero(t, get("vdl_storage_catchup_read_waits_total").GetCounter().GetValue(), "no catch-up read")
+	require.Zero(t, get("vdl_storage_catchup_read_waiting").GetGauge().GetValue())
+	require.Zero(t, get("vdl_storage_catchup_read_pace_bytes_per_second").GetGauge().GetValue(), "not paced")
 	require.GreaterOrEqual(t, get("vdl_storage_segments", "stream", "s").GetGauge().GetValue(), 1.0)
 	require.Equal(t, 0.0, get("vdl_raft_pending_proposals", "stream", "s").GetGauge().GetValue())
 	for _, peer := range []string{"1", "2", "3"} {
@@ -188,6 +192,7 @@ func TestMetricsDocumented(t *testing.T) {
 	doc, err := os.ReadFile("../docs/operations.md")
 	require.NoError(t, err)
 	m := newMetrics()
+	m.watchReadBudget(storage.NewReadBudget(0, 0, true))
 	fams, err := m.reg.Gather()
 	require.NoError(t, err)
 	names := []string{"vdl_server_fail_stopped", "vdl_raft_campaign_bound"}

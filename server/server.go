@@ -130,7 +130,8 @@ func newServer(cfg Config, logger *slog.Logger, fsys vfs.FS) (*Server, error) {
 		tail = defaultTailBudget()
 	}
 	s.tailBudget = storage.NewTailBudget(tail)
-	s.readBudget = storage.NewReadBudget(cfg.Storage.CatchUpReadBytes, cfg.Storage.CatchUpReadBytesPerSec)
+	s.readBudget = storage.NewReadBudget(cfg.Storage.CatchUpReadBytes, cfg.Storage.CatchUpReadBytesPerSec, !cfg.Storage.CatchUpReadsNoYield)
+	s.metrics.watchReadBudget(s.readBudget)
 	s.wg.Add(1)
 	go s.runDirOps()
 	peers := map[uint64]string{}

@@ -1,6 +1,8 @@
 package server
 
 import (
+	"os"
+	"path/filepath"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -27,4 +29,12 @@ func TestCatchUpReadBudgetConfig(t *testing.T) {
 	require.Zero(t, cfg.Storage.CatchUpReadBytesPerSec)
 	cfg.Storage.CatchUpReadBytesPerSec = -1
 	require.ErrorContains(t, cfg.Validate(), "catchup_read_bytes_per_sec -1 is negative")
+
+	// Catch-up reads yield to writes unless told not to.
+	require.False(t, cfg.Storage.CatchUpReadsNoYield)
+	path := filepath.Join(t.TempDir(), "vdl.toml")
+	require.NoError(t, os.WriteFile(path, []byte("node_id = 1\ndata_dir = \"d\"\n[storage]\ncatchup_reads_no_yield = true\n"), 0o600))
+	loaded, err := LoadConfig(path)
+	require.NoError(t, err)
+	require.True(t, loaded.Storage.CatchUpReadsNoYield)
 }

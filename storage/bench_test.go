@@ -252,14 +252,16 @@ func BenchmarkWriteLatencyUnderCatchUpReads(b *testing.B) {
 	// mem: the in-memory FS, where only the engine's locking and CPU can
 	// delay a write (the finding was measured there); disk: the real file
 	// system, where the reads also compete for the device: with no read
-	// budget, with the server's default one (16 MiB in flight) and with
-	// one paced to 100 MiB/s (ReadBudget).
+	// budget, with the server's default one (16 MiB in flight, yielding
+	// to writes), the same not yielding, and with one paced to 100 MiB/s
+	// (ReadBudget).
 	b.Run("fs=mem", func(b *testing.B) { writeLatencyUnderReads(b, vfs.NewMem(), nil) })
 	b.Run("fs=disk", func(b *testing.B) { writeLatencyUnderReads(b, vfs.OS{}, nil) })
-	b.Run("fs=disk/budget=default", func(b *testing.B) { writeLatencyUnderReads(b, vfs.OS{}, NewReadBudget(0, 0)) })
-	b.Run("fs=disk/budget=4MiB", func(b *testing.B) { writeLatencyUnderReads(b, vfs.OS{}, NewReadBudget(4<<20, 0)) })
-	b.Run("fs=disk/budget=1MiB", func(b *testing.B) { writeLatencyUnderReads(b, vfs.OS{}, NewReadBudget(1<<20, 0)) })
-	b.Run("fs=disk/budget=100MiBps", func(b *testing.B) { writeLatencyUnderReads(b, vfs.OS{}, NewReadBudget(0, 100<<20)) })
+	b.Run("fs=disk/budget=default", func(b *testing.B) { writeLatencyUnderReads(b, vfs.OS{}, NewReadBudget(0, 0, true)) })
+	b.Run("fs=disk/budget=16MiB-no-yield", func(b *testing.B) { writeLatencyUnderReads(b, vfs.OS{}, NewReadBudget(0, 0, false)) })
+	b.Run("fs=disk/budget=4MiB", func(b *testing.B) { writeLatencyUnderReads(b, vfs.OS{}, NewReadBudget(4<<20, 0, false)) })
+	b.Run("fs=disk/budget=1MiB", func(b *testing.B) { writeLatencyUnderReads(b, vfs.OS{}, NewReadBudget(1<<20, 0, false)) })
+	b.Run("fs=disk/budget=100MiBps", func(b *testing.B) { writeLatencyUnderReads(b, vfs.OS{}, NewReadBudget(0, 100<<20, false)) })
 }
 
 func writeLatencyUnderReads(b *testing.B, fsys vfs.FS, budget *ReadBudget) {

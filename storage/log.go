@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/pingcap/failpoint"
 	"go.etcd.io/raft/v3"
@@ -298,9 +299,17 @@ func (l *Log) Sync() (Synced, error) {
 	}
 	l.uncache = nil
 	l.dirDirty = false
+	wrote := writes > l.synced
 	l.wmu.Unlock()
 
+	var t0 time.Time
+	if wrote && l.readBudget != nil {
+		t0 = time.Now() // how long writes wait is what catch-up reads yield to
+	}
 	err := l.flush(f, dirDirty)
+	if !t0.IsZero() && err == nil {
+		l.readBudget.noteSync(time.Since(t0))
+	}
 	for _, u := range uncache { // synced by roll
 		if err == nil {
 			_ = u.f.DropCache(0, u.end) // a hint only

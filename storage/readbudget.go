@@ -18,9 +18,13 @@ import (
 //     ahead hinted for them (readAhead) is capped at the same size. So
 //     however many consumers catch up, the read work queued at the device
 //     ahead of the writers' fdatasyncs stays bounded.
-//   - With BytesPerSec, they are paced to that rate as well: the operator's
-//     lever to keep a catch-up from taking the disk's bandwidth from the
-//     writers (whose fdatasyncs a tailing consumer's latency depends on).
+//   - They yield to the writers (yieldPacer, on by default): while the
+//     logs' fdatasyncs take twice as long as without catch-up reads, the
+//     reads are paced, at a rate that halves while it lasts and grows
+//     back when it is over. A tailing consumer's latency is the commit,
+//     which waits for those fdatasyncs.
+//   - With BytesPerSec, they are paced to that rate at most: the
+//     operator's fixed cap.
 //
 // What never waits on it: reads from the tail cache (a tailing consumer's),
 // the Raft loop and the writers (replication reads entries by another
@@ -38,6 +42,7 @@ type ReadBudget struct {
 	used  int64
 	queue []*readWaiter // FIFO
 	next  time.Time     // pacing: when the next read may start
+	yield *yieldPacer   // nil: reads do not yield to writes
 
 	waits   atomic.Int64 // reads that had to wait (in flight or paced)
 	waiting atomic.Int64 // reads waiting now
@@ -53,13 +58,51 @@ type readWaiter struct {
 }
 
 // NewReadBudget returns a budget of inFlight bytes of catch-up disk reads
-// at once (<= 0: DefaultCatchUpReadBytes), paced to bytesPerSec (<= 0: not
-// paced).
-func NewReadBudget(inFlight, bytesPerSec int64) *ReadBudget {
+// at once (<= 0: DefaultCatchUpReadBytes), paced to bytesPerSec at most
+// (<= 0: no fixed cap) and, with yield, yielding to the writes.
+func NewReadBudget(inFlight, bytesPerSec int64, yield bool) *ReadBudget {
 	if inFlight <= 0 {
 		inFlight = DefaultCatchUpReadBytes
 	}
-	return &ReadBudget{limit: inFlight, rate: max(bytesPerSec, 0)}
+	b := &ReadBudget{limit: inFlight, rate: max(bytesPerSec, 0)}
+	if yield {
+		b.yield = &yieldPacer{}
+	}
+	return b
+}
+
+// noteSync tells the budget a log's fdatasync of new writes took d.
+func (b *ReadBudget) noteSync(d time.Duration) {
+	if b == nil || b.yield == nil {
+		return
+	}
+	b.mu.Lock()
+	b.yield.noteSync(time.Now(), d)
+	b.mu.Unlock()
+}
+
+// Pace is the rate catch-up reads are paced to now, bytes/s (the fixed
+// cap or the rate they yield at, the lower); 0: not paced.
+func (b *ReadBudget) Pace() int64 {
+	if b == nil {
+		return 0
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	rate, _ := b.paceLocked(time.Now())
+	return rate
+}
+
+// paceLocked is the pace now and whether it is the yielding one (below
+// the fixed cap, if any).
+func (b *ReadBudget) paceLocked(now time.Time) (rate int64, yielding bool) {
+	rate = b.rate
+	if b.yield != nil {
+		if y := b.yield.pace(now); y > 0 && (rate == 0 || y < rate) {
+			return y, true
+		}
+	}
+	return rate, false
 }
 
 // Limit is the in-flight bound in bytes.
@@ -78,21 +121,14 @@ func (b *ReadBudget) acquire(n int64) func() {
 	}
 	n = min(max(n, 1), b.limit)
 	waited := false
-	if b.rate > 0 {
-		b.mu.Lock()
-		now := time.Now()
-		start := b.next
-		if start.Before(now) {
-			start = now
-		}
-		b.next = start.Add(time.Duration(float64(n) / float64(b.rate) * float64(time.Second)))
-		b.mu.Unlock()
-		if d := start.Sub(now); d > 0 {
-			waited = true
-			b.waiting.Add(1)
-			time.Sleep(d)
-			b.waiting.Add(-1)
-		}
+	b.mu.Lock()
+	d := b.delayLocked(n, time.Now())
+	b.mu.Unlock()
+	if d > 0 {
+		waited = true
+		b.waiting.Add(1)
+		time.Sleep(d)
+		b.waiting.Add(-1)
 	}
 	b.mu.Lock()
 	if len(b.queue) == 0 && b.used+n <= b.limit {
@@ -112,6 +148,31 @@ func (b *ReadBudget) acquire(n int64) func() {
 	}
 	var once sync.Once
 	return func() { once.Do(func() { b.release(n) }) }
+}
+
+// delayLocked books a read of n bytes starting at now or after the reads
+// booked before it, at the pace of now, and returns how long it waits.
+// Yielding to writes, no read waits more than yieldMaxDelay: with many
+// consumers catching up at once the pace then gives way to a bounded
+// delay, so their fetches are late but never outwait the clients' request
+// timeouts (a fixed cap, the operator's, holds however long the queue).
+func (b *ReadBudget) delayLocked(n int64, now time.Time) time.Duration {
+	if b.yield != nil {
+		b.yield.noteRead(now, n)
+	}
+	rate, yielding := b.paceLocked(now)
+	if rate == 0 {
+		return 0
+	}
+	start := b.next
+	if start.Before(now) {
+		start = now
+	}
+	if yielding && start.Sub(now) > yieldMaxDelay {
+		start = now.Add(yieldMaxDelay)
+	}
+	b.next = start.Add(time.Duration(float64(n) / float64(rate) * float64(time.Second)))
+	return start.Sub(now)
 }
 
 func (b *ReadBudget) release(n int64) {
@@ -155,10 +216,16 @@ func (b *ReadBudget) pread(f vfs.File, buf []byte, off int64) error {
 }
 
 // aheadWindow caps the kernel read ahead hinted for a catch-up reader at
-// the budget (unbounded without one).
+// the budget (unbounded without one) and, while the reads are paced, at
+// what they may read in a tenth of a second: the device reads a hint all
+// at once, and a paced reader must not burst ahead of its pace there.
 func (b *ReadBudget) aheadWindow(w int64) int64 {
 	if b == nil {
 		return w
 	}
-	return min(w, b.limit)
+	w = min(w, b.limit)
+	if rate := b.Pace(); rate > 0 {
+		w = min(w, max(rate/10, readPiece))
+	}
+	return w
 }

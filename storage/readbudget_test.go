@@ -37,7 +37,7 @@ func catchUpLog(t *testing.T, fs vfs.FS, dir string, b *ReadBudget) (*Log, func(
 // of either log do not wait meanwhile.
 func TestReadBudgetBoundsCatchUpReads(t *testing.T) {
 	fs := &stallFS{FS: vfs.NewMem()}
-	budget := NewReadBudget(64<<10, 0)
+	budget := NewReadBudget(64<<10, 0, false)
 	a, writeA := catchUpLog(t, fs, "/data/a", budget)
 	defer a.Close()
 	b, _ := catchUpLog(t, fs, "/data/b", budget)
@@ -98,7 +98,7 @@ func TestReadBudgetBoundsCatchUpReads(t *testing.T) {
 // The budget is first come, first served; a read larger than the budget
 // runs alone; release is idempotent.
 func TestReadBudgetOrder(t *testing.T) {
-	b := NewReadBudget(100, 0)
+	b := NewReadBudget(100, 0, false)
 	r1 := b.acquire(60)
 	got := make(chan int, 3)
 	go func() { r := b.acquire(500); got <- 2; r() }() // more than the budget: waits for it all
@@ -119,7 +119,7 @@ func TestReadBudgetOrder(t *testing.T) {
 // With a rate, reads are paced: 4 MiB at 20 MiB/s take at least 150 ms
 // (the first read starts at once).
 func TestReadBudgetPaces(t *testing.T) {
-	b := NewReadBudget(0, 20<<20)
+	b := NewReadBudget(0, 20<<20, false)
 	require.Equal(t, int64(DefaultCatchUpReadBytes), b.Limit())
 	start := time.Now()
 	for range 4 {

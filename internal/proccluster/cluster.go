@@ -53,6 +53,7 @@ type Options struct {
 	// CatchUpReadBytes, CatchUpReadBytesPerSec: the servers' catch-up
 	// read budget (storage.catchup_read_bytes, _per_sec); 0: the default.
 	CatchUpReadBytes, CatchUpReadBytesPerSec int64
+	CatchUpReadsNoYield                      bool   // catchup_reads_no_yield
 	ReservedBytes                            int64  // the data dir's space reserve; default: the server's
 	LogLevel                                 string // default "info"
 	Dir                                      string // default tb.TempDir()
@@ -286,7 +287,7 @@ func (c *Cluster) config(n *Node) string {
 	fmt.Fprintf(&sb, "[sasl]\nusers_file = %q\n\n", cert("users.toml"))
 	fmt.Fprintf(&sb, "[raft]\ntick_ms = %d\n\n", c.opts.TickMillis)
 	if c.opts.SegmentBytes > 0 || c.opts.TailCacheBytes > 0 || c.opts.ReservedBytes != 0 ||
-		c.opts.CatchUpReadBytes > 0 || c.opts.CatchUpReadBytesPerSec > 0 {
+		c.opts.CatchUpReadBytes > 0 || c.opts.CatchUpReadBytesPerSec > 0 || c.opts.CatchUpReadsNoYield {
 		sb.WriteString("[storage]\n")
 		if c.opts.SegmentBytes > 0 {
 			fmt.Fprintf(&sb, "segment_bytes = %d\n", c.opts.SegmentBytes)
@@ -302,6 +303,9 @@ func (c *Cluster) config(n *Node) string {
 		}
 		if c.opts.CatchUpReadBytesPerSec > 0 {
 			fmt.Fprintf(&sb, "catchup_read_bytes_per_sec = %d\n", c.opts.CatchUpReadBytesPerSec)
+		}
+		if c.opts.CatchUpReadsNoYield {
+			sb.WriteString("catchup_reads_no_yield = true\n")
 		}
 		sb.WriteString("\n")
 	}
