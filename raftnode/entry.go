@@ -85,11 +85,12 @@ func decodeConfig(b []byte) (Command, error) {
 }
 
 // UserData returns the proposal payload for Kafka batches.
+//
+// Built by append, not make and copy: growing a slice by append leaves
+// the bytes it copies unzeroed, where make zeroes all of them first (for a
+// 1 MiB produce that zeroing cost the leader as much as the copy).
 func UserData(batches []byte) []byte {
-	d := make([]byte, 1+len(batches))
-	d[0] = storage.TagUser
-	copy(d[1:], batches)
-	return d
+	return append([]byte{storage.TagUser}, batches...)
 }
 
 // RetainData returns the proposal payload of a retention command.

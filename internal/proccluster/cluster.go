@@ -508,25 +508,24 @@ func (c *Cluster) CPUSeconds() float64 {
 	return s
 }
 
+// MinorFaults is the page faults without IO (fresh memory touched first,
+// mostly) of the running nodes' processes so far, all nodes together.
+func (c *Cluster) MinorFaults() int64 {
+	var t int64
+	for _, n := range c.Nodes {
+		if f := n.stat(); len(f) > 7 {
+			var v int64
+			fmt.Sscan(f[7], &v) // minflt: field 10 of the line
+			t += v
+		}
+	}
+	return t
+}
+
 func (n *Node) cpuSeconds() float64 {
-	n.mu.Lock()
-	cmd := n.cmd
-	n.mu.Unlock()
-	if cmd == nil || cmd.Process == nil {
-		return 0
-	}
-	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", cmd.Process.Pid))
-	if err != nil {
-		return 0
-	}
-	// Fields after the ")" that ends the command name; utime and stime are
-	// fields 14 and 15 of the line, in clock ticks (USER_HZ = 100 on Linux).
-	s := string(data)
-	i := strings.LastIndexByte(s, ')')
-	if i < 0 {
-		return 0
-	}
-	f := strings.Fields(s[i+1:])
+	// utime and stime are fields 14 and 15 of the line, in clock ticks
+	// (USER_HZ = 100 on Linux).
+	f := n.stat()
 	if len(f) < 13 {
 		return 0
 	}
@@ -534,4 +533,25 @@ func (n *Node) cpuSeconds() float64 {
 	fmt.Sscan(f[11], &ut)
 	fmt.Sscan(f[12], &st)
 	return (ut + st) / 100
+}
+
+// stat is the node process's /proc/<pid>/stat from field 3 on (after the
+// ")" that ends the command name); nil if it is not running.
+func (n *Node) stat() []string {
+	n.mu.Lock()
+	cmd := n.cmd
+	n.mu.Unlock()
+	if cmd == nil || cmd.Process == nil {
+		return nil
+	}
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", cmd.Process.Pid))
+	if err != nil {
+		return nil
+	}
+	s := string(data)
+	i := strings.LastIndexByte(s, ')')
+	if i < 0 {
+		return nil
+	}
+	return strings.Fields(s[i+1:])
 }
