@@ -46,6 +46,7 @@ func benchThroughput(b *testing.B, size int) {
 	if err != nil {
 		b.Fatal(err)
 	}
+	sealFrame(*bp)
 	frame := append([]byte(nil), *bp...)
 	window := int64(max(256, (16<<20)/len(frame)))
 	wait := func(cond func() bool) {

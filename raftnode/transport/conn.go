@@ -92,7 +92,7 @@ func (t *Transport) serve(raw net.Conn) {
 		return
 	}
 	c = sc
-	p, err := t.acceptHandshake(c, certID)
+	p, unchecked, err := t.acceptHandshake(c, certID)
 	if err != nil {
 		if t.ctx.Err() == nil {
 			t.log.Warn("rejecting raft stream", "remote", remote, "peer", p, "reason", err.Error())
@@ -123,7 +123,7 @@ func (t *Transport) serve(raw net.Conn) {
 	}()
 	t.log.Info("accepted raft stream", "peer", p, "remote", remote)
 
-	err = t.readLoop(c, pr)
+	err = t.readLoop(c, pr, unchecked)
 	switch {
 	case t.ctx.Err() != nil:
 	case ic.reason.Load() != nil:
@@ -137,12 +137,14 @@ func (t *Transport) serve(raw net.Conn) {
 
 // acceptHandshake validates the dialer's handshake and answers it: with
 // our own, or with a rejection naming the reason. It returns the sender's
-// node id (as claimed, for logging, even on error).
-func (t *Transport) acceptHandshake(c net.Conn, certID uint64) (uint64, error) {
+// node id (as claimed, for logging, even on error) and whether the
+// stream's frames go unchecked (offered by the dialer, granted here on a
+// TLS stream).
+func (t *Transport) acceptHandshake(c net.Conn, certID uint64) (uint64, bool, error) {
 	_ = c.SetDeadline(time.Now().Add(t.cfg.HandshakeTimeout))
 	hs, err := readHandshake(c)
 	if err != nil {
-		return 0, err
+		return 0, false, err
 	}
 	err = t.checkHandshake(hs)
 	if err == nil && t.cfg.TLSServer != nil && hs.From != certID {
@@ -150,7 +152,7 @@ func (t *Transport) acceptHandshake(c net.Conn, certID uint64) (uint64, error) {
 	}
 	if err != nil {
 		_, _ = c.Write(rejection(t.cfg.ClusterID, t.cfg.NodeID, hs.From, err.Error()))
-		return hs.From, err
+		return hs.From, false, err
 	}
 	reply := handshake{
 		Version:   protocolVersion,
@@ -160,11 +162,14 @@ func (t *Transport) acceptHandshake(c net.Conn, certID uint64) (uint64, error) {
 		MaxFrame:  uint32(t.cfg.MaxFrameBytes),
 		DirID:     t.cfg.DirID,
 	}
+	if hs.Flags&flagUnchecked != 0 && isTLS(c) {
+		reply.Flags |= flagUnchecked
+	}
 	if _, err := c.Write(reply.marshal()); err != nil {
-		return hs.From, fmt.Errorf("writing handshake answer: %w", err)
+		return hs.From, false, fmt.Errorf("writing handshake answer: %w", err)
 	}
 	_ = c.SetDeadline(time.Time{})
-	return hs.From, nil
+	return hs.From, reply.Flags&flagUnchecked != 0, nil
 }
 
 func (t *Transport) checkHandshake(hs handshake) error {
@@ -188,8 +193,8 @@ func (t *Transport) checkHandshake(hs handshake) error {
 
 // readLoop reads frames from peer p until an error, and hands each message to
 // the Handler. Any protocol violation is returned as an error.
-func (t *Transport) readLoop(c net.Conn, p *peer) error {
-	fr := frameReader{r: bufio.NewReaderSize(c, readBufSize), maxFrame: uint32(t.cfg.MaxFrameBytes)}
+func (t *Transport) readLoop(c net.Conn, p *peer, unchecked bool) error {
+	fr := frameReader{r: bufio.NewReaderSize(c, readBufSize), maxFrame: uint32(t.cfg.MaxFrameBytes), unchecked: unchecked}
 	for {
 		group, from, payload, err := fr.next()
 		if err != nil {

@@ -1,11 +1,13 @@
 package transport
 
 import (
+	"crypto/tls"
 	"encoding/binary"
 	"errors"
 	"fmt"
 	"hash/crc32"
 	"io"
+	"net"
 	"sync"
 
 	"go.etcd.io/raft/v3/raftpb"
@@ -23,7 +25,7 @@ import (
 //	offset size field
 //	0      4    magic "VDLR"
 //	4      2    protocol version (2)
-//	6      2    flags: 1 = rejected (a reason follows)
+//	6      2    flags: 1 = rejected (a reason follows); 2 = unchecked (below)
 //	8      8    cluster id
 //	16     8    from: node id of the sender of this handshake
 //	24     8    to: node id the sender believes it is talking to
@@ -41,11 +43,20 @@ import (
 //	24     L-16 payload: protobuf-encoded raftpb.Message
 //
 // L must be in [16, MaxFrameBytes]; the receiver checks it before allocating.
+//
+// Unchecked streams: on a TLS stream the dialer offers the unchecked flag
+// and the acceptor grants it by setting it in its answer (only if its end
+// is TLS too); the stream's frames then carry 0 for a CRC, which the
+// receiver does not check. TLS (AES-GCM) already authenticates every byte,
+// so the CRC caught nothing there and cost the leader 6% of its CPU, once
+// per follower. A peer that does not know the flag neither grants it nor
+// asks for it: its streams stay checksummed both ways (rolling upgrades).
 const (
 	handshakeMagic   = "VDLR"
 	protocolVersion  = 2
 	handshakeLen     = 44
 	flagRejected     = 1
+	flagUnchecked    = 2
 	maxReasonLen     = 1024
 	frameHeaderLen   = 8  // length + crc
 	framePrefixLen   = 16 // group + from, covered by the crc
@@ -122,8 +133,9 @@ func readHandshake(r io.Reader) (handshake, error) {
 	}, nil
 }
 
-// encodeFrame marshals m, whose proto.Size is size, into a complete frame in
-// a buffer from the pool.
+// encodeFrame marshals m, whose proto.Size is size, into a frame in a
+// buffer from the pool, complete but for its CRC (sealFrame: the stream it
+// goes out on decides).
 func encodeFrame(group, from uint64, m *raftpb.Message, size int) (*[]byte, error) {
 	bp := getBuf(frameOverheadLen + size)
 	b := (*bp)[:frameOverheadLen]
@@ -135,9 +147,20 @@ func encodeFrame(group, from uint64, m *raftpb.Message, size int) (*[]byte, erro
 	binary.BigEndian.PutUint64(b[8:], group)
 	binary.BigEndian.PutUint64(b[16:], from)
 	binary.BigEndian.PutUint32(b[0:], uint32(len(b)-frameHeaderLen))
-	binary.BigEndian.PutUint32(b[4:], crc32.Checksum(b[frameHeaderLen:], castagnoli))
+	binary.BigEndian.PutUint32(b[4:], 0) // the pooled buffer held another frame's
 	*bp = b
 	return bp, nil
+}
+
+// sealFrame puts the CRC into an encoded frame.
+func sealFrame(b []byte) {
+	binary.BigEndian.PutUint32(b[4:], crc32.Checksum(b[frameHeaderLen:], castagnoli))
+}
+
+// isTLS says whether c is a TLS connection.
+func isTLS(c net.Conn) bool {
+	_, ok := c.(*tls.Conn)
+	return ok
 }
 
 // frameError is a protocol violation that must close the connection.
@@ -151,10 +174,11 @@ func protoErr(format string, args ...any) error {
 
 // frameReader reads frames from a stream, reusing its body buffer.
 type frameReader struct {
-	r        io.Reader
-	maxFrame uint32
-	hdr      [frameHeaderLen]byte
-	buf      []byte
+	r         io.Reader
+	maxFrame  uint32
+	unchecked bool // the stream's frames carry no CRC (flagUnchecked)
+	hdr       [frameHeaderLen]byte
+	buf       []byte
 }
 
 // maxRetainedBuf is the largest body buffer kept between frames; a larger
@@ -185,7 +209,9 @@ func (fr *frameReader) next() (group, from uint64, payload []byte, err error) {
 		}
 		return 0, 0, nil, err
 	}
-	if got := crc32.Checksum(body, castagnoli); got != sum {
+	if fr.unchecked {
+		// TLS authenticated the bytes.
+	} else if got := crc32.Checksum(body, castagnoli); got != sum {
 		return 0, 0, nil, protoErr("frame crc mismatch: header %#08x, computed %#08x", sum, got)
 	}
 	return binary.BigEndian.Uint64(body[0:]), binary.BigEndian.Uint64(body[8:]), body[framePrefixLen:], nil

@@ -263,7 +263,7 @@ func (p *peer) run() {
 		default:
 		}
 		addr := p.address()
-		c, dir, err := p.dial(addr)
+		c, d, err := p.dial(addr)
 		if err != nil {
 			if p.ctx.Err() != nil {
 				return
@@ -285,11 +285,11 @@ func (p *peer) run() {
 			p.reconnects.Add(1)
 		}
 		connectedBefore = true
-		p.dir.Store(dir)
+		p.dir.Store(d.dir)
 		p.state.Store(stateConnected)
 		log.Info("connected to peer", "addr", addr)
 		connectedAt := time.Now()
-		err = p.stream(c, dir)
+		err = p.stream(c, d)
 		p.state.Store(stateConnecting)
 		p.mu.Lock()
 		p.conn = nil
@@ -317,34 +317,41 @@ func (p *peer) run() {
 	}
 }
 
-// dial connects to addr and runs the handshake; it returns the data dir id
-// the peer presented. The connection is published in p.conn so that stop
-// can interrupt the handshake.
-func (p *peer) dial(addr string) (net.Conn, uint64, error) {
+// dialed is what the handshake told of a stream: the data dir id the
+// peer presented, and whether its frames go without a checksum (a TLS
+// stream whose acceptor granted it: flagUnchecked).
+type dialed struct {
+	dir       uint64
+	unchecked bool
+}
+
+// dial connects to addr and runs the handshake. The connection is
+// published in p.conn so that stop can interrupt the handshake.
+func (p *peer) dial(addr string) (net.Conn, dialed, error) {
 	cfg := &p.t.cfg
 	raw, err := cfg.Dialer.DialContext(p.ctx, "tcp", addr)
 	if err != nil {
-		return nil, 0, err
+		return nil, dialed{}, err
 	}
 	c, err := p.t.secureDial(raw, p.id, alpnRaft)
 	if err != nil {
 		_ = raw.Close()
-		return nil, 0, err
+		return nil, dialed{}, err
 	}
 	p.mu.Lock()
 	if p.stopped {
 		p.mu.Unlock()
 		_ = c.Close()
-		return nil, 0, errStopped
+		return nil, dialed{}, errStopped
 	}
 	p.conn = c
 	p.mu.Unlock()
-	fail := func(err error) (net.Conn, uint64, error) {
+	fail := func(err error) (net.Conn, dialed, error) {
 		p.mu.Lock()
 		p.conn = nil
 		p.mu.Unlock()
 		_ = c.Close()
-		return nil, 0, err
+		return nil, dialed{}, err
 	}
 	_ = c.SetDeadline(time.Now().Add(cfg.HandshakeTimeout))
 	hs := handshake{
@@ -354,6 +361,9 @@ func (p *peer) dial(addr string) (net.Conn, uint64, error) {
 		To:        p.id,
 		MaxFrame:  uint32(cfg.MaxFrameBytes),
 		DirID:     cfg.DirID,
+	}
+	if isTLS(c) {
+		hs.Flags |= flagUnchecked // offered; used only if granted
 	}
 	if _, err := c.Write(hs.marshal()); err != nil {
 		return fail(fmt.Errorf("writing handshake: %w", err))
@@ -385,13 +395,15 @@ func (p *peer) dial(addr string) (net.Conn, uint64, error) {
 	}
 	p.maxFrame.Store(min(uint32(cfg.MaxFrameBytes), reply.MaxFrame))
 	_ = c.SetDeadline(time.Time{})
-	return c, reply.DirID, nil
+	return c, dialed{dir: reply.DirID, unchecked: hs.Flags&reply.Flags&flagUnchecked != 0}, nil
 }
 
-// stream writes queued frames to c, whose end presented data dir dir, until
-// an error, a stop or a redial. A frame meant for another data dir is
-// dropped: it was decided for a process that is gone (frame.dir).
-func (p *peer) stream(c net.Conn, dir uint64) error {
+// stream writes queued frames to c, whose end presented data dir d.dir,
+// until an error, a stop or a redial. A frame meant for another data dir
+// is dropped: it was decided for a process that is gone (frame.dir). Frames
+// are checksummed here, as they are written, unless d.unchecked.
+func (p *peer) stream(c net.Conn, d dialed) error {
+	dir := d.dir
 	// The stream is one-way; reading only detects the peer closing it.
 	closed := make(chan struct{})
 	go func() {
@@ -477,6 +489,9 @@ func (p *peer) stream(c net.Conn, dir uint64) error {
 				}
 				p.drop(f.group, f.snap)
 			default:
+				if !d.unchecked {
+					sealFrame(b)
+				}
 				_, err = bw.Write(b)
 				pendFrames++
 				pendBytes += uint64(len(b))

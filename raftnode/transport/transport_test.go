@@ -24,6 +24,7 @@ func TestFrameRoundTrip(t *testing.T) {
 	bp, err := encodeFrame(9, 1, m, proto.Size(m))
 	require.NoError(t, err)
 	b := *bp
+	sealFrame(b)
 	require.Equal(t, uint32(len(b)-8), binary.BigEndian.Uint32(b[0:]))
 	require.Equal(t, crc32.Checksum(b[8:], castagnoli), binary.BigEndian.Uint32(b[4:]))
 
