@@ -1,6 +1,7 @@
 package storage
 
 import (
+	"bytes"
 	"fmt"
 
 	"github.com/pingcap/failpoint"
@@ -8,6 +9,7 @@ import (
 	pb "go.etcd.io/raft/v3/raftpb"
 
 	"github.com/vdl-project/vdl/failpoints"
+	"github.com/vdl-project/vdl/vfs"
 )
 
 // prepEnt is a validated entry on its way to disk.
@@ -218,22 +220,30 @@ func (l *Log) allocate(s *segment, end int64) error {
 	return nil
 }
 
-// writeChunk encodes items [i, j) into one fresh buffer (the tail cache
-// keeps slices of it, so it is never reused), writes it at act.end and
-// publishes the new records to readers.
+// writeChunk encodes items [i, j) into fresh memory (chunkMem: the tail
+// cache keeps slices of it, so it is never reused), writes it at act.end
+// and publishes the new records to readers.
 func (l *Log) writeChunk(act *segment, ents []*pb.Entry, prep []prepEnt, stp *state, i, j int, end int64) error {
 	l.assertActiveEnd(act, "before a write")
 	l.writes++
 	start := act.end
-	buf := make([]byte, end-start)
+	smallBytes := 0
+	for k := i; k < j; k++ {
+		if k == len(prep) {
+			smallBytes += int(recSize(stateSize))
+		} else if n := len(prep[k].payload); !ownsPiece(n) {
+			smallBytes += int(recSize(n))
+		}
+	}
+	mem := newChunkMem(smallBytes)
 	last, lastTerm, lastCRC := act.last, act.lastTerm, act.lastCRC
 	next, maxTs := act.endOffset, act.maxTs
 	rs, ls, cs := l.scrR[:0], l.scrL[:0], l.scrC[:0]
 	var st state
 	o := 0
 	for k := i; k < j; k++ {
-		rec := buf[o:]
 		if k == len(prep) { // the state record
+			rec := mem.shared(int(recSize(stateSize)))
 			st = *stp
 			st.maxTs = maxTs
 			h := recHeader{length: stateSize, typ: recState, term: lastTerm, index: last, base: next, prevCRC: lastCRC}
@@ -252,9 +262,15 @@ func (l *Log) writeChunk(act *segment, ents []*pb.Entry, prep []prepEnt, stp *st
 		if p.typ == recUser {
 			h.tag, h.count = TagUser, uint32(p.info.offsets)
 		}
+		var rec []byte
+		if ownsPiece(n) {
+			rec = mem.own(p.payload, int(recSize(n)))
+		} else {
+			rec = mem.shared(int(recSize(n)))
+			copy(rec[recHeaderSize:], p.payload)
+		}
 		h.encode(rec)
 		payload := rec[recHeaderSize : recHeaderSize+n : recHeaderSize+n]
-		copy(payload, p.payload)
 		ce := cacheEnt{term: h.term, base: next, next: next + int64(h.count), typ: p.typ, flags: p.flags}
 		if p.typ == recUser {
 			stampBatches(payload, next, h.term) // our copy, never the caller's
@@ -271,6 +287,9 @@ func (l *Log) writeChunk(act *segment, ents []*pb.Entry, prep []prepEnt, stp *st
 		last, lastTerm, next = h.index, h.term, ce.next
 		o += int(recSize(n))
 	}
+	if int64(o) != end-start || mem.used != len(mem.small) {
+		l.invariantf("before a write: records of %d bytes (%d of %d shared) planned as %d", o, mem.used, len(mem.small), end-start)
+	}
 	failpoint.Inject("beforeWrite", func(val failpoint.Value) {
 		failpoints.Hit("storage/beforeWrite")
 		failpoints.CrashOn(val)
@@ -283,19 +302,19 @@ func (l *Log) writeChunk(act *segment, ents []*pb.Entry, prep []prepEnt, stp *st
 		// return(true): half the chunk; return(n): its first n bytes.
 		torn := -1
 		if failpoints.Bool(val) {
-			torn = len(buf) / 2
+			torn = int(end-start) / 2
 		} else if n, ok := failpoints.Int(val); ok && n >= 0 {
-			torn = min(n, len(buf)-1)
+			torn = min(n, int(end-start)-1)
 		}
 		if torn >= 0 {
-			_, _ = act.f.WriteAt(buf[:torn], start)
+			_, _ = act.f.WriteAt(bytes.Join(mem.pieces, nil)[:torn], start)
 			failpoints.Crash()
 		}
 	})
-	if _, err := act.f.WriteAt(buf, start); err != nil {
+	if err := vfs.WriteAtv(act.f, mem.pieces, start); err != nil {
 		return err
 	}
-	l.stats.written.Add(int64(len(buf)))
+	l.stats.written.Add(end - start)
 	failpoint.Inject("afterWrite", func(val failpoint.Value) {
 		failpoints.Hit("storage/afterWrite")
 		failpoints.CrashOn(val)

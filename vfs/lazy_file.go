@@ -90,6 +90,28 @@ func (f *lazyFile) WriteAt(p []byte, off int64) (int, error) {
 	return f.osFile.WriteAt(p, off)
 }
 
+// WriteAtv overrides osFile's: the bytes it overwrites are saved first,
+// as WriteAt does.
+func (f *lazyFile) WriteAtv(bufs [][]byte, off int64) error {
+	if err := f.l.begin(); err != nil {
+		return err
+	}
+	defer f.l.end()
+	in, err := f.inode()
+	if err != nil {
+		return err
+	}
+	defer in.mu.Unlock()
+	n := 0
+	for _, b := range bufs {
+		n += len(b)
+	}
+	if err := in.save(off, off+int64(n)); err != nil {
+		return err
+	}
+	return f.osFile.WriteAtv(bufs, off)
+}
+
 func (f *lazyFile) ReadAt(p []byte, off int64) (int, error) {
 	if err := f.l.begin(); err != nil {
 		return 0, err

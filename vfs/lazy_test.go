@@ -62,7 +62,7 @@ func (o lazyOp) String() string {
 func lazyOps(r *rand.Rand, n int) []lazyOp {
 	names := []string{"a", "b", "c", "d/x", "d/y"}
 	pick := func() string { return names[r.IntN(len(names))] }
-	kinds := []string{"create", "write", "write", "write", "truncate", "allocate", "sync", "sync", "rename", "remove", "syncdir", "syncdir", "mkdir"}
+	kinds := []string{"create", "write", "write", "writev", "truncate", "allocate", "sync", "sync", "rename", "remove", "syncdir", "syncdir", "mkdir"}
 	var ops []lazyOp
 	for range n {
 		ops = append(ops, lazyOp{kind: kinds[r.IntN(len(kinds))], a: pick(), b: pick(), off: r.Int64N(300), n: 1 + r.Int64N(200), fill: byte('A' + r.IntN(26))})
@@ -91,6 +91,11 @@ func (o lazyOp) apply(fsys FS, root string) error {
 		return file(func(f File) error {
 			_, err := f.WriteAt(bytesOf(o.fill, o.n), o.off)
 			return err
+		})
+	case "writev": // the same bytes in three pieces, one of them empty
+		return file(func(f File) error {
+			p := bytesOf(o.fill, o.n)
+			return WriteAtv(f, [][]byte{p[:o.n/2], nil, p[o.n/2:]}, o.off)
 		})
 	case "truncate":
 		return file(func(f File) error { return f.Truncate(o.off) })

@@ -2,6 +2,8 @@ package vfs
 
 import (
 	"errors"
+	"io"
+	"slices"
 
 	"golang.org/x/sys/unix"
 )
@@ -28,4 +30,41 @@ func dataAfter(fd int, off int64) (start, end int64, ok bool, err error) {
 	}
 	end, err = unix.Seek(fd, start, unix.SEEK_HOLE)
 	return start, end, err == nil, err
+}
+
+// maxIov is the most buffers one pwritev takes (IOV_MAX on Linux).
+const maxIov = 1024
+
+func (f *osFile) WriteAtv(bufs [][]byte, off int64) error {
+	return f.fdOp("pwritev", func(fd int) error { return pwritevAll(fd, bufs, off) })
+}
+
+// pwritevAll writes bufs at off with pwritev, again for what a call left.
+func pwritevAll(fd int, bufs [][]byte, off int64) error {
+	bufs = slices.Clone(bufs) // trimmed below; the caller's stay whole
+	for len(bufs) > 0 {
+		if len(bufs[0]) == 0 {
+			bufs = bufs[1:]
+			continue
+		}
+		n, err := unix.Pwritev(fd, bufs[:min(len(bufs), maxIov)], off)
+		if errors.Is(err, unix.EINTR) {
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		if n == 0 {
+			return io.ErrShortWrite
+		}
+		off += int64(n)
+		for n > 0 {
+			k := min(n, len(bufs[0]))
+			bufs[0], n = bufs[0][k:], n-k
+			if len(bufs[0]) == 0 {
+				bufs = bufs[1:]
+			}
+		}
+	}
+	return nil
 }

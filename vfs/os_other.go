@@ -22,3 +22,13 @@ func dataAfter(fd int, off int64) (start, end int64, ok bool, err error) {
 	}
 	return off, st.Size, off < st.Size, nil
 }
+
+func (f *osFile) WriteAtv(bufs [][]byte, off int64) error {
+	for _, b := range bufs {
+		if _, err := f.WriteAt(b, off); err != nil {
+			return err
+		}
+		off += int64(len(b))
+	}
+	return nil
+}
