@@ -18,11 +18,11 @@ import (
 //     ahead hinted for them (readAhead) is capped at the same size. So
 //     however many consumers catch up, the read work queued at the device
 //     ahead of the writers' fdatasyncs stays bounded.
-//   - They yield to the writers (yieldPacer, on by default): while the
-//     logs' fdatasyncs take twice as long as without catch-up reads, the
-//     reads are paced, at a rate that halves while it lasts and grows
-//     back when it is over. A tailing consumer's latency is the commit,
-//     which waits for those fdatasyncs.
+//   - They yield to the writers (yieldPacer, on by default): while more
+//     than one in a hundred of the logs' fdatasyncs take over twice as
+//     long as without catch-up reads, the reads are paced, at a rate that
+//     halves while it lasts and grows back when it is over. A tailing
+//     consumer's latency is the commit, which waits for those fdatasyncs.
 //   - With BytesPerSec, they are paced to that rate at most: the
 //     operator's fixed cap.
 //
