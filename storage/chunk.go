@@ -1,5 +1,7 @@
 package storage
 
+import "bytes"
+
 // chunkMem is the memory of one write's records, in file order, as the
 // pieces vfs.WriteAtv writes. A record with a payload of ownPieceMin bytes
 // or more gets a piece of its own, filled by append from its payload: Go
@@ -54,3 +56,6 @@ func (c *chunkMem) shared(sz int) []byte {
 	c.used += sz
 	return rec
 }
+
+// joined is the pieces as one buffer (the torn-write failpoint's).
+func (c *chunkMem) joined() []byte { return bytes.Join(c.pieces, nil) }

@@ -1,7 +1,6 @@
 package storage
 
 import (
-	"bytes"
 	"fmt"
 
 	"github.com/pingcap/failpoint"
@@ -307,7 +306,7 @@ func (l *Log) writeChunk(act *segment, ents []*pb.Entry, prep []prepEnt, stp *st
 			torn = min(n, int(end-start)-1)
 		}
 		if torn >= 0 {
-			_, _ = act.f.WriteAt(bytes.Join(mem.pieces, nil)[:torn], start)
+			_, _ = act.f.WriteAt(mem.joined()[:torn], start)
 			failpoints.Crash()
 		}
 	})
