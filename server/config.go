@@ -179,8 +179,8 @@ type StorageConfig struct {
 	// (default): no fixed cap.
 	CatchUpReadBytesPerSec int64 `toml:"catchup_read_bytes_per_sec"`
 	// CatchUpReadsNoYield turns off catch-up reads yielding to writes (by
-	// default they are paced while the logs' fdatasyncs take twice as
-	// long as without them: storage.ReadBudget).
+	// default they are paced while more than 1% of the logs' fdatasyncs
+	// take over twice as long as without them: storage.ReadBudget).
 	CatchUpReadsNoYield bool `toml:"catchup_reads_no_yield"`
 	// RetentionCheckMs is how often a leader applies its streams'
 	// retention policies. Default 30000.

@@ -15,9 +15,11 @@ func WriteAtv(f File, bufs [][]byte, off int64) error {
 	if v, ok := f.(VectorWriter); ok {
 		return v.WriteAtv(bufs, off)
 	}
-	p := bytes.Join(bufs, nil)
+	var p []byte
 	if len(bufs) == 1 {
 		p = bufs[0]
+	} else {
+		p = bytes.Join(bufs, nil)
 	}
 	_, err := f.WriteAt(p, off)
 	return err
