@@ -110,7 +110,7 @@ func entryBatches(e *raftpb.Entry) tailEntry {
 func (c *Core) loadProducers(g *group) error {
 	p := g.prod
 	if p == nil {
-		p = &prodState{dups: map[ProposalID][]dupWait{}, refusals: map[ProposalID]error{}}
+		p = &prodState{} // its maps are made when first written: most groups never need them
 		g.prod = p
 	}
 	p.committed, p.head, p.tail, p.over, p.ready = c.newTable(), nil, nil, nil, true
@@ -337,6 +337,9 @@ func (c *Core) refuseConfirmed(g *group, id ProposalID, err error) {
 		c.emit(Complete{Group: g.id, ID: id, Err: ErrNotLeader})
 		return
 	}
+	if g.prod.refusals == nil {
+		g.prod.refusals = map[ProposalID]error{}
+	}
 	g.prod.refusals[id] = err
 	var ctx [8]byte
 	binary.BigEndian.PutUint64(ctx[:], uint64(id))
@@ -370,6 +373,9 @@ func (c *Core) answerDuplicate(g *group, id ProposalID, d producers.Decision) {
 	switch {
 	case first.Prop != 0:
 		orig := ProposalID(first.Prop)
+		if g.prod.dups == nil {
+			g.prod.dups = map[ProposalID][]dupWait{}
+		}
 		g.prod.dups[orig] = append(g.prod.dups[orig], dupWait{id: id, delta: first.Delta, offsets: offsets})
 	case first.Offset >= 0:
 		c.emit(Complete{Group: g.id, ID: id, Index: first.Index, BaseOffset: first.Offset, NextOffset: first.Offset + offsets})

@@ -265,6 +265,9 @@ func (s *Server) streamConfigOf(st configserver.Stream) StreamConfig {
 		sc.Join = true
 	}
 	sc.Founders = st.FoundingVoters()
+	if slices.Equal(sc.Founders, sc.Replicas) {
+		sc.Founders = sc.Replicas // mostly: one slice kept per hosted stream, not two (neither changes in place)
+	}
 	return sc
 }
 

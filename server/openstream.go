@@ -102,7 +102,8 @@ func (s *Server) openStream(sc StreamConfig, mode startMode) (*stream, bool, err
 		KeepPageCache: s.cfg.Storage.KeepPageCache,
 		Space:         s.space,
 		Files:         s.files,
-		Logger:        s.log.With("stream", sc.Name),
+		Logger:        s.log,
+		Name:          sc.Name,
 	})
 	if err != nil {
 		return nil, false, fmt.Errorf("stream %s: %w", sc.Name, err)

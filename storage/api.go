@@ -92,6 +92,8 @@ type Options struct {
 	// segments (see FileCache).
 	Files  *FileCache
 	Logger *slog.Logger
+	// Name names the log in its log lines ("stream"; none if empty).
+	Name string
 }
 
 // Synced is what Sync returns: everything written before the Sync call is

@@ -35,7 +35,8 @@ type Log struct {
 	dir     string
 	stream  uint64
 	segSize int64
-	logger  *slog.Logger
+	logger  *slog.Logger // see log
+	name    string
 
 	keepPageCache bool
 	maxRead       int
@@ -363,4 +364,14 @@ func (l *Log) flush(f vfs.File, dirDirty bool) error {
 		failpoints.CrashOn(val)
 	})
 	return nil
+}
+
+// log returns the logger for one of the log's lines, its name attached.
+// Made per line, not kept: a server hosts thousands of logs that seldom
+// log, and a kept logger is four objects every collection marks.
+func (l *Log) log() *slog.Logger {
+	if l.name == "" {
+		return l.logger
+	}
+	return l.logger.With("stream", l.name)
 }

@@ -159,7 +159,10 @@ func saveMeta(fsys vfs.FS, dir string, m *meta) error {
 	return vfs.ReplaceFile(fsys, dir, metaName, b) // via metaTmpName
 }
 
-// confAt returns the ConfState in force at index (empty if none).
+// confAt returns the ConfState in force at index (empty if none). It is
+// the log's own copy, shared and never changed (etcd raft's MemoryStorage
+// shares its own the same way): callers read it, and copy it to change it.
+// A copy per caller was kept by the node for every group it hosts.
 func confAt(confs []confEntry, index uint64) *pb.ConfState {
 	var cs *pb.ConfState
 	for _, c := range confs {
@@ -171,5 +174,5 @@ func confAt(confs []confEntry, index uint64) *pb.ConfState {
 	if cs == nil {
 		return pb.EnsureConfState(nil)
 	}
-	return pb.EnsureConfState(proto.Clone(cs).(*pb.ConfState))
+	return cs
 }

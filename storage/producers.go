@@ -85,7 +85,7 @@ func (l *Log) saveProducers(p producerState) error {
 func (l *Log) loadProducers() (producerState, error) {
 	p, err := loadProducers(l.fs, l.dir)
 	if errors.Is(err, ErrCorrupt) {
-		l.logger.Warn("producer state file unusable: rebuilding it from the log", "dir", l.dir, "err", err)
+		l.log().Warn("producer state file unusable: rebuilding it from the log", "dir", l.dir, "err", err)
 		return producerState{}, nil
 	}
 	return p, err

@@ -14,7 +14,8 @@ import (
 // Raft reads. They hold mu.RLock for the whole call, preads included
 // (Kafka reads, read_kafka.go, pread without it).
 
-// InitialState implements raft.Storage.
+// InitialState implements raft.Storage. The ConfState is the log's own:
+// read it, never change it (see confAt).
 func (l *Log) InitialState() (*pb.HardState, *pb.ConfState, error) {
 	l.mu.RLock()
 	defer l.mu.RUnlock()

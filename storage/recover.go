@@ -43,7 +43,7 @@ func Open(opts Options) (*Log, error) {
 	if opts.Files == nil {
 		opts.Files = NewFileCache(defaultFileCacheSegments)
 	}
-	l := &Log{fs: opts.FS, dir: opts.Dir, stream: opts.Stream, segSize: opts.SegmentSize, logger: opts.Logger,
+	l := &Log{fs: opts.FS, dir: opts.Dir, stream: opts.Stream, segSize: opts.SegmentSize, logger: opts.Logger, name: opts.Name,
 		keepPageCache: opts.KeepPageCache, maxRead: opts.MaxReadBytes, space: opts.Space, files: opts.Files}
 	l.cache.limit = opts.TailCacheBytes
 	l.cache.budget = opts.TailBudget
@@ -211,7 +211,7 @@ func (l *Log) openSegments(firsts []uint64) ([]*segment, error) {
 				_ = f.Close()
 				return segs, l.corrupt(s.base+".seg", 0, "bad segment header before a valid record at %d", p)
 			}
-			l.logger.Warn("storage: removing unfinished segment", "file", s.base+".seg")
+			l.log().Warn("storage: removing unfinished segment", "file", s.base+".seg")
 			_ = f.Close()
 			dropSegFiles(l.fs, s.base)
 			l.dirDirty = true
@@ -261,7 +261,7 @@ func (l *Log) recoverClosed(s, next *segment) error {
 	if !vouched() {
 		return l.corrupt(s.base+".seg", sc.stop, "records end at index %d, next segment starts at %d", sc.last, next.hdr.first)
 	}
-	l.logger.Info("storage: rebuilding index files", "segment", s.base+".seg")
+	l.log().Info("storage: rebuilding index files", "segment", s.base+".seg")
 	if err := s.writeIndexFiles(l.fs, l.stream, sc.ridx, sc.lidx); err != nil {
 		return err
 	}

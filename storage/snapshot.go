@@ -145,7 +145,7 @@ func (l *Log) Snapshot() (*pb.Snapshot, error) {
 	if len(l.prod.data) <= maxSnapshotProducers {
 		d.prod = l.prod
 	} else {
-		l.logger.Warn("producer state too large to ship with a snapshot: the installing replica rebuilds it from the entries it copies",
+		l.log().Warn("producer state too large to ship with a snapshot: the installing replica rebuilds it from the entries it copies",
 			"bytes", len(l.prod.data), "limit", maxSnapshotProducers)
 	}
 	for i, c := range l.confs { // the membership in force at first-1, and every change since

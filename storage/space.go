@@ -143,7 +143,7 @@ func (s *Space) tookSpace() {
 func (l *Log) retryNoSpace(f func() error) error {
 	err := f()
 	if errors.Is(err, vfs.ErrNoSpace) && l.space.release() {
-		l.logger.Warn("disk full: the space reserve is given up to go on", "dir", l.dir)
+		l.log().Warn("disk full: the space reserve is given up to go on", "dir", l.dir)
 		err = f()
 	}
 	return err

@@ -121,7 +121,7 @@ func Decode(b []byte, expirationMs int64) (*Table, error) {
 			}
 			p = p[locSize:]
 		}
-		t.m[id] = pr
+		t.set(id, pr)
 		prev = id
 	}
 	if len(p) != 0 {

@@ -157,12 +157,25 @@ type Table struct {
 
 // New returns an empty table.
 func New(expirationMs int64) *Table {
-	return &Table{Clock: math.MinInt64, Expiration: expirationMs, m: map[int64]*Producer{}}
+	return &Table{Clock: math.MinInt64, Expiration: expirationMs}
+}
+
+// set records a producer's state. The map is made on the first write: a
+// server hosts thousands of idle streams whose tables stay empty, and
+// every object they hold is marked by every collection.
+func (t *Table) set(id int64, p *Producer) {
+	if t.m == nil {
+		t.m = map[int64]*Producer{}
+	}
+	t.m[id] = p
 }
 
 // Clone returns an independent copy.
 func (t *Table) Clone() *Table {
-	c := &Table{Index: t.Index, Clock: t.Clock, Expiration: t.Expiration, m: make(map[int64]*Producer, t.Len())}
+	c := &Table{Index: t.Index, Clock: t.Clock, Expiration: t.Expiration}
+	if n := t.Len(); n > 0 {
+		c.m = make(map[int64]*Producer, n)
+	}
 	for _, id := range t.ids() {
 		c.m[id] = t.lookup(id).clone()
 	}
@@ -173,7 +186,7 @@ func (t *Table) Clone() *Table {
 // leader's view of its log plus the proposals not yet in it. t must not
 // change while the overlay is used.
 func (t *Table) Overlay() *Table {
-	return &Table{Index: t.Index, Clock: t.Clock, Expiration: t.Expiration, m: map[int64]*Producer{}, parent: t}
+	return &Table{Index: t.Index, Clock: t.Clock, Expiration: t.Expiration, parent: t}
 }
 
 // lookup returns a producer's state, expired or not.
@@ -256,7 +269,7 @@ func (t *Table) writable(id int64) *Producer {
 	if t.parent != nil {
 		if p := t.parent.lookup(id); p != nil {
 			c := p.clone()
-			t.m[id] = c
+			t.set(id, c)
 			return c
 		}
 	}
@@ -292,7 +305,7 @@ func (t *Table) Apply(w Where, batches []Batch, maxTs int64) {
 		switch {
 		case p == nil || b.Epoch > p.Epoch:
 			p = &Producer{Epoch: b.Epoch, LastTs: math.MinInt64}
-			t.m[b.ID] = p
+			t.set(b.ID, p)
 		case b.Epoch < p.Epoch:
 			continue
 		}
