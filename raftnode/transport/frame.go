@@ -144,18 +144,26 @@ func encodeFrame(group, from uint64, m *raftpb.Message, size int) (*[]byte, erro
 		putBuf(bp)
 		return nil, err
 	}
-	binary.BigEndian.PutUint64(b[8:], group)
-	binary.BigEndian.PutUint64(b[16:], from)
-	binary.BigEndian.PutUint32(b[0:], uint32(len(b)-frameHeaderLen))
-	binary.BigEndian.PutUint32(b[4:], 0) // the pooled buffer held another frame's
+	putFrameHeader(b, group, from, len(b))
 	*bp = b
 	return bp, nil
 }
 
+// putFrameHeader fills in the header and prefix of a frame of n bytes in
+// all; its CRC is left zero.
+func putFrameHeader(b []byte, group, from uint64, n int) {
+	binary.BigEndian.PutUint64(b[8:], group)
+	binary.BigEndian.PutUint64(b[16:], from)
+	binary.BigEndian.PutUint32(b[0:], uint32(n-frameHeaderLen))
+	putCRC(b, 0) // the pooled buffer held another frame's
+}
+
 // sealFrame puts the CRC into an encoded frame.
 func sealFrame(b []byte) {
-	binary.BigEndian.PutUint32(b[4:], crc32.Checksum(b[frameHeaderLen:], castagnoli))
+	putCRC(b, crc32.Checksum(b[frameHeaderLen:], castagnoli))
 }
+
+func putCRC(b []byte, crc uint32) { binary.BigEndian.PutUint32(b[4:], crc) }
 
 // isTLS says whether c is a TLS connection.
 func isTLS(c net.Conn) bool {

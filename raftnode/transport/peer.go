@@ -39,9 +39,10 @@ var (
 
 // frame is one encoded message waiting in a peer queue.
 type frame struct {
-	buf   *[]byte
-	group uint64
-	snap  bool
+	buf     *[]byte
+	splices []splice // entry data written from the entries (splice.go)
+	group   uint64
+	snap    bool
 	// dir is the data dir id of the peer the message is meant for (0:
 	// whichever presents itself). The queue outlives connections: a
 	// message queued while the stream is down is written on the next one,
@@ -51,8 +52,23 @@ type frame struct {
 }
 
 // cost is what the frame is charged against MaxQueuedBytes: its buffer's
-// capacity, the memory it really holds.
-func (f frame) cost() int64 { return int64(cap(*f.buf)) }
+// capacity and the entry data it holds on to, the memory it really holds.
+func (f frame) cost() int64 {
+	n := int64(cap(*f.buf))
+	for _, s := range f.splices {
+		n += int64(len(s.data))
+	}
+	return n
+}
+
+// len is the frame's length on the wire.
+func (f frame) len() int {
+	n := len(*f.buf)
+	for _, s := range f.splices {
+		n += len(s.data)
+	}
+	return n
+}
 
 // peer is the sending side towards one remote node: a bounded queue and the
 // writer goroutine that owns the outgoing stream.
@@ -148,13 +164,20 @@ func (p *peer) send(group uint64, m *raftpb.Message, dir uint64) {
 		p.drop(group, snap)
 		return
 	}
-	bp, err := encodeFrame(group, p.t.cfg.NodeID, m, size)
+	var bp *[]byte
+	var sp []splice
+	var err error
+	if splices(m) {
+		bp, sp, err = encodeSpliced(group, p.t.cfg.NodeID, m)
+	} else {
+		bp, err = encodeFrame(group, p.t.cfg.NodeID, m, size)
+	}
 	if err != nil {
 		p.t.log.Error("cannot marshal raft message", "peer", p.id, "group", group, "type", m.GetType(), "err", err)
 		p.drop(group, snap)
 		return
 	}
-	f := frame{buf: bp, group: group, snap: snap, dir: dir}
+	f := frame{buf: bp, splices: sp, group: group, snap: snap, dir: dir}
 	cost := f.cost()
 	p.mu.Lock()
 	if p.stopped || p.state.Load() == stateDown || p.qBytes+cost > int64(p.t.cfg.MaxQueuedBytes) {
@@ -482,19 +505,19 @@ func (p *peer) stream(c net.Conn, d dialed) error {
 				}
 				p.droppedStale.Add(1)
 				p.drop(f.group, f.snap)
-			case len(b)-frameHeaderLen > maxFrame:
+			case f.len()-frameHeaderLen > maxFrame:
 				if !warnedTooBig {
 					warnedTooBig = true
-					p.t.log.Warn("dropping frames larger than the peer's frame limit", "peer", p.id, "bytes", len(b), "limit", maxFrame)
+					p.t.log.Warn("dropping frames larger than the peer's frame limit", "peer", p.id, "bytes", f.len(), "limit", maxFrame)
 				}
 				p.drop(f.group, f.snap)
 			default:
 				if !d.unchecked {
-					sealFrame(b)
+					sealSpliced(b, f.splices)
 				}
-				_, err = bw.Write(b)
+				err = writeFrame(bw, b, f.splices)
 				pendFrames++
-				pendBytes += uint64(len(b))
+				pendBytes += uint64(f.len())
 				pendGroups[f.group] = struct{}{}
 				if f.snap {
 					pendSnaps = append(pendSnaps, f.group)
