@@ -2,6 +2,7 @@ package kafka
 
 import (
 	"fmt"
+	"unsafe"
 
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
@@ -118,13 +119,29 @@ func (s *Session) admitProduce(v int16, topic string, partition int32, recs []by
 		if info.Codecs.Has(records.CodecZstd) && v < 7 {
 			return Records{}, kerr.UnsupportedCompressionType.Code, fmt.Sprintf("zstd needs produce v7+, got v%d", v)
 		}
-		return s.admitSize(Records{Batches: recs, Offsets: info.Records})
+		return s.admitSize(Records{Batches: recs, Offsets: info.Records, Room: roomBefore(s.frame, recs)})
 	}
 	out, info, err := records.FromMessageSet(recs, s.cfg.MaxMessageBytes, s.cfg.MaxFrameBytes)
 	if err != nil {
 		return Records{}, records.ErrorCode(err, v), err.Error()
 	}
 	return s.admitSize(Records{Batches: out, Offsets: info.Records})
+}
+
+// roomBefore returns recs with the byte before it in frame, if recs is
+// frame's memory (kmsg decodes bytes fields as slices of the request) and
+// not at its start; else nil.
+func roomBefore(frame, recs []byte) []byte {
+	if len(recs) == 0 || len(frame) == 0 {
+		return nil
+	}
+	// recs' offset in frame if it is frame's memory (kmsg caps the slices
+	// it cuts, so their capacity cannot tell): the index check proves it.
+	k := int(uintptr(unsafe.Pointer(unsafe.SliceData(recs))) - uintptr(unsafe.Pointer(unsafe.SliceData(frame))))
+	if k < 1 || k > len(frame)-len(recs) || &frame[k] != &recs[0] {
+		return nil
+	}
+	return frame[k-1 : k+len(recs) : k+len(recs)]
 }
 
 // admitSize refuses a record set larger than one Raft entry may be.

@@ -38,6 +38,11 @@ type StreamInfo struct {
 type Records struct {
 	Batches []byte
 	Offsets int64
+	// Room, when not nil, is Batches with the byte before them: the same
+	// memory (Room[1:] is Batches), the last byte of their length in the
+	// request, read already. The backend may overwrite it to make a log
+	// entry of the batches without copying them (raftnode.UserDataIn).
+	Room []byte
 	// Chain is the connection's produce chain (0: none): once one of its
 	// produces fails, the backend refuses the later ones, which the
 	// session had submitted before it learned of the failure (a failed

@@ -77,6 +77,7 @@ type Session struct {
 	prof   *Profile
 	be     Backend
 	notify func(Completion)
+	frame  []byte // the request frame being handled (the session's until its produces are proposed)
 
 	slots     []*slot
 	out       []byte
@@ -213,7 +214,9 @@ func (s *Session) ReceiveRead(now, readAt int64, frame []byte) {
 	}
 	s.now = now
 	s.lastReceived = nil
+	s.frame = frame
 	s.receive(now, readAt, frame)
+	s.frame = nil
 	s.release()
 }
 

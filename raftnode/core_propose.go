@@ -33,10 +33,11 @@ func (c *Core) Propose(group uint64, id ProposalID, data []byte) {
 
 // ProposeRecords proposes a user entry of whole v2 batches that the caller
 // validated and counted (offsets): the batches are not walked again here.
+// data is the entry's (UserData or UserDataIn of the batches).
 // The count is checked when the entry is applied, against the offsets the
 // storage stamped (group.resolve). It is refused if an earlier proposal
 // of its chain failed (Chain).
-func (c *Core) ProposeRecords(group uint64, id ProposalID, batches []byte, offsets int64, chain Chain) {
+func (c *Core) ProposeRecords(group uint64, id ProposalID, data []byte, offsets int64, chain Chain) {
 	if !c.chains.admit(id, chain) {
 		c.emit(Complete{Group: group, ID: id, Err: ErrChainFailed})
 		return
@@ -45,7 +46,7 @@ func (c *Core) ProposeRecords(group uint64, id ProposalID, batches []byte, offse
 		c.emit(Complete{Group: group, ID: id, Err: ErrDiskFull})
 		return
 	}
-	c.propose(group, id, &raftpb.Entry{Type: raftpb.EntryNormal.Enum(), Data: UserData(batches)}, offsets)
+	c.propose(group, id, &raftpb.Entry{Type: raftpb.EntryNormal.Enum(), Data: data}, offsets)
 }
 
 // ProposeConfChange proposes a membership change.

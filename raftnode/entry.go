@@ -93,6 +93,15 @@ func UserData(batches []byte) []byte {
 	return append([]byte{storage.TagUser}, batches...)
 }
 
+// UserDataIn is UserData made in place: room is the batches with one byte
+// before them that the caller may overwrite (kafka.Records.Room). No
+// copy: a produce's bytes are copied once into raft's own entry (raft
+// clones every proposal), not first into this one too.
+func UserDataIn(room []byte) []byte {
+	room[0] = storage.TagUser
+	return room
+}
+
 // RetainData returns the proposal payload of a retention command.
 func RetainData(beforeOffset int64) []byte {
 	d := make([]byte, 2+8)

@@ -409,10 +409,11 @@ func (h *Host) ProposeFunc(group uint64, data []byte, done func(Result, error)) 
 	return h.submit(done, func(id ProposalID) { h.node.Propose(group, id, data) })
 }
 
-// ProposeRecordsFunc proposes validated v2 batches taking offsets offsets,
-// in chain (Core.ProposeRecords); done as for ProposeFunc.
-func (h *Host) ProposeRecordsFunc(group uint64, batches []byte, offsets int64, chain Chain, done func(Result, error)) error {
-	return h.submit(done, func(id ProposalID) { h.node.ProposeRecords(group, id, batches, offsets, chain) })
+// ProposeRecordsFunc proposes the user entry data of validated v2 batches
+// taking offsets offsets, in chain (Core.ProposeRecords); done as for
+// ProposeFunc.
+func (h *Host) ProposeRecordsFunc(group uint64, data []byte, offsets int64, chain Chain, done func(Result, error)) error {
+	return h.submit(done, func(id ProposalID) { h.node.ProposeRecords(group, id, data, offsets, chain) })
 }
 
 // EndChain forgets a chain whose connection closed (Chain).

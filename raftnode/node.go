@@ -201,14 +201,15 @@ func (n *Node) Propose(group uint64, id ProposalID, data []byte) {
 	n.core.Propose(group, id, data)
 }
 
-// ProposeRecords proposes validated v2 batches taking offsets offsets, in
-// chain (Core.ProposeRecords); the outcome is a Complete with id.
-func (n *Node) ProposeRecords(group uint64, id ProposalID, batches []byte, offsets int64, chain Chain) {
+// ProposeRecords proposes the user entry data of validated v2 batches
+// taking offsets offsets, in chain (Core.ProposeRecords); the outcome is a
+// Complete with id.
+func (n *Node) ProposeRecords(group uint64, id ProposalID, data []byte, offsets int64, chain Chain) {
 	if n.err != nil {
 		n.d.Complete(Complete{Group: group, ID: id, Err: n.err})
 		return
 	}
-	n.core.ProposeRecords(group, id, batches, offsets, chain)
+	n.core.ProposeRecords(group, id, data, offsets, chain)
 }
 
 // EndChain forgets a chain whose connection closed (Core.EndChain).

@@ -23,7 +23,7 @@ type Replication interface {
 	HighWatermark(group uint64) (int64, <-chan struct{}, bool)
 	Status(group uint64) (raftnode.GroupStatus, bool)
 	ProposeFunc(group uint64, data []byte, done func(raftnode.Result, error)) error
-	ProposeRecordsFunc(group uint64, batches []byte, offsets int64, chain raftnode.Chain, done func(raftnode.Result, error)) error
+	ProposeRecordsFunc(group uint64, data []byte, offsets int64, chain raftnode.Chain, done func(raftnode.Result, error)) error
 	EndChain(chain raftnode.Chain)
 	Fence(group uint64) *raftnode.Fence
 	// FailStop stops the server for a failure found outside the engine
@@ -143,7 +143,13 @@ func (b *Backend) Produce(name string, records kafka.Records, done func(kafka.Pr
 		done(failed, err)
 		return
 	}
-	err := b.r.ProposeRecordsFunc(ref.Group, records.Batches, records.Offsets, raftnode.Chain(records.Chain), func(r raftnode.Result, err error) {
+	data := records.Room // the request's memory: no copy before raft's own
+	if data != nil {
+		data = raftnode.UserDataIn(data)
+	} else {
+		data = raftnode.UserData(records.Batches)
+	}
+	err := b.r.ProposeRecordsFunc(ref.Group, data, records.Offsets, raftnode.Chain(records.Chain), func(r raftnode.Result, err error) {
 		if err != nil {
 			done(failed, kafkaError(err))
 			return

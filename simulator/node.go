@@ -302,8 +302,8 @@ func (n *node) propose(group uint64, data []byte, done func(raftnode.Result, err
 	n.dirty = true
 }
 
-func (n *node) proposeRecords(group uint64, batches []byte, offsets int64, chain raftnode.Chain, done func(raftnode.Result, error)) {
-	n.rn.ProposeRecords(group, n.future(done), batches, offsets, chain)
+func (n *node) proposeRecords(group uint64, data []byte, offsets int64, chain raftnode.Chain, done func(raftnode.Result, error)) {
+	n.rn.ProposeRecords(group, n.future(done), data, offsets, chain)
 	n.dirty = true
 }
 
@@ -362,8 +362,8 @@ func (r simReplication) ProposeFunc(group uint64, data []byte, done func(raftnod
 	return nil
 }
 
-func (r simReplication) ProposeRecordsFunc(group uint64, batches []byte, offsets int64, chain raftnode.Chain, done func(raftnode.Result, error)) error {
-	r.n.proposeRecords(group, batches, offsets, chain, done)
+func (r simReplication) ProposeRecordsFunc(group uint64, data []byte, offsets int64, chain raftnode.Chain, done func(raftnode.Result, error)) error {
+	r.n.proposeRecords(group, data, offsets, chain, done)
 	return nil
 }
 

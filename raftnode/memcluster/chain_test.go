@@ -21,7 +21,7 @@ func TestFailedChainRefusesWhatFollows(t *testing.T) {
 	l := waitLeader(t, c, 1)
 	propose := func(size int, chain raftnode.Chain) raftnode.ProposalID {
 		c.nextID++
-		l.Raft.ProposeRecords(1, c.nextID, batch(1, bytes.Repeat([]byte("x"), size)), 1, chain)
+		l.Raft.ProposeRecords(1, c.nextID, raftnode.UserData(batch(1, bytes.Repeat([]byte("x"), size))), 1, chain)
 		return c.nextID
 	}
 	// One round: nothing commits in between.

@@ -347,7 +347,7 @@ func TestMiscountedOffsetsStopTheCore(t *testing.T) {
 	c := newCluster(t, 3, []uint64{1, 2, 3}, []uint64{1}, nil)
 	l := waitLeader(t, c, 1)
 	c.nextID++
-	l.Raft.ProposeRecords(1, c.nextID, batch(3, []byte("v")), 3, 0)
+	l.Raft.ProposeRecords(1, c.nextID, raftnode.UserData(batch(3, []byte("v"))), 3, 0)
 	l.Raft.Flush()
 	ok, err := c.RunUntil(5000, func() bool { _, done := c.Results[c.nextID]; return done })
 	require.NoError(t, err)
@@ -355,7 +355,7 @@ func TestMiscountedOffsetsStopTheCore(t *testing.T) {
 	require.Equal(t, int64(3), c.Results[c.nextID].NextOffset-c.Results[c.nextID].BaseOffset, "counted right: acknowledged")
 
 	c.nextID++
-	l.Raft.ProposeRecords(1, c.nextID, batch(3, []byte("v")), 2, 0) // three records counted as two
+	l.Raft.ProposeRecords(1, c.nextID, raftnode.UserData(batch(3, []byte("v"))), 2, 0) // three records counted as two
 	l.Raft.Flush()
 	require.PanicsWithValue(t, "raftnode: group 1: entry 4 holds offsets [3, 6) but its proposals were counted to end at 5", func() {
 		_, _ = c.RunUntil(5000, func() bool { return false })

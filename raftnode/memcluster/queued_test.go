@@ -22,7 +22,7 @@ func TestQueuedProposalsGoWithTheTerm(t *testing.T) {
 	var ids []raftnode.ProposalID
 	for i := range 5 { // no step of the cluster in between: no write finishes
 		c.nextID++
-		l.Raft.ProposeRecords(1, c.nextID, batch(1, []byte{byte('a' + i)}), 1, 7)
+		l.Raft.ProposeRecords(1, c.nextID, raftnode.UserData(batch(1, []byte{byte('a' + i)})), 1, 7)
 		l.Raft.Flush()
 		ids = append(ids, c.nextID)
 	}
