@@ -184,12 +184,15 @@ func writeHeap(b *testing.B, path string) {
 
 // gcFigures reads the runtime's collection counters; since(earlier) says
 // what a window cost the collector: cycles, bytes allocated and the CPU
-// the collector used (the hot load beside idle streams pays its marking).
-type gcFigures struct{ cycles, allocated, gcCPU, allCPU float64 }
+// the collector used (the hot load beside idle streams pays its marking),
+// and of that CPU the share of idle marking: the runtime marks on a
+// processor with nothing else to run, which costs the load nothing.
+type gcFigures struct{ cycles, allocated, gcCPU, idleCPU, allCPU float64 }
 
 func readGC() gcFigures {
 	ss := []rtmetrics.Sample{{Name: "/gc/cycles/total:gc-cycles"}, {Name: "/gc/heap/allocs:bytes"},
-		{Name: "/cpu/classes/gc/total:cpu-seconds"}, {Name: "/cpu/classes/total:cpu-seconds"}}
+		{Name: "/cpu/classes/gc/total:cpu-seconds"}, {Name: "/cpu/classes/gc/mark/idle:cpu-seconds"},
+		{Name: "/cpu/classes/total:cpu-seconds"}}
 	rtmetrics.Read(ss)
 	f := func(i int) float64 {
 		if ss[i].Value.Kind() == rtmetrics.KindFloat64 {
@@ -197,12 +200,13 @@ func readGC() gcFigures {
 		}
 		return float64(ss[i].Value.Uint64())
 	}
-	return gcFigures{cycles: f(0), allocated: f(1), gcCPU: f(2), allCPU: f(3)}
+	return gcFigures{cycles: f(0), allocated: f(1), gcCPU: f(2), idleCPU: f(3), allCPU: f(4)}
 }
 
 func (g gcFigures) since(earlier gcFigures) string {
-	return fmt.Sprintf("GC: %.0f cycles, %.0f MB allocated, %.1f%% of the CPU spent collecting",
-		g.cycles-earlier.cycles, (g.allocated-earlier.allocated)/1e6, (g.gcCPU-earlier.gcCPU)/(g.allCPU-earlier.allCPU)*100)
+	all := g.allCPU - earlier.allCPU
+	return fmt.Sprintf("GC: %.0f cycles, %.0f MB allocated, %.1f%% of the CPU spent collecting (%.1f%% marking on idle processors)",
+		g.cycles-earlier.cycles, (g.allocated-earlier.allocated)/1e6, (g.gcCPU-earlier.gcCPU)/all*100, (g.idleCPU-earlier.idleCPU)/all*100)
 }
 
 // heapInUse is the heap in use after a collection.
