@@ -105,13 +105,20 @@ func (c *testCluster) openFilesByKind() string {
 	return strings.Join(out, ", ")
 }
 
-// diskUsed is the disk the servers' data dirs take (allocated blocks).
-func (c *testCluster) diskUsed(b *testing.B) int64 {
+// diskUsed is the disk the servers' data dirs take (allocated blocks),
+// leaving out the stream directories in except (streamDirs): the hot
+// streams' retention deletes segments while idle streams are created.
+func (c *testCluster) diskUsed(b *testing.B, except map[string]bool) int64 {
 	var total int64
 	for _, cfg := range c.cfgs {
-		err := filepath.WalkDir(cfg.DataDir, func(_ string, d fs.DirEntry, err error) error {
-			if err != nil || d.IsDir() {
+		err := filepath.WalkDir(cfg.DataDir, func(p string, d fs.DirEntry, err error) error {
+			switch {
+			case err != nil:
 				return err
+			case d.IsDir() && except[p]:
+				return fs.SkipDir
+			case d.IsDir():
+				return nil
 			}
 			info, err := d.Info()
 			if err != nil {
@@ -125,6 +132,19 @@ func (c *testCluster) diskUsed(b *testing.B) int64 {
 		require.NoError(b, err)
 	}
 	return total
+}
+
+// streamDirs is the set of the servers' stream directories now.
+func (c *testCluster) streamDirs(b *testing.B) map[string]bool {
+	dirs := map[string]bool{}
+	for _, cfg := range c.cfgs {
+		ents, err := os.ReadDir(filepath.Join(cfg.DataDir, "streams"))
+		require.NoError(b, err)
+		for _, e := range ents {
+			dirs[filepath.Join(cfg.DataDir, "streams", e.Name())] = true
+		}
+	}
+	return dirs
 }
 
 // debugEvery prints, every d, each server's groups by role, the highest

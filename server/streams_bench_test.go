@@ -51,6 +51,12 @@ func BenchmarkStreams(b *testing.B) {
 // hotStreams is how many streams take the benchmark's load.
 const hotStreams = 10
 
+// hotRetentionBytes is each hot stream's retention_bytes: more than one
+// 10 s run writes to it (about 250 MB), so a run's consumers find all of
+// it, and with retention_check_ms (30 s) and a segment ahead a server
+// holds at most about 1.5 GB per hot stream.
+const hotRetentionBytes = 512 << 20
+
 // benchCluster starts three config servers and three servers (in dcs,
 // if given) on their default settings, and a client of the config servers.
 func benchCluster(b *testing.B, dcs ...string) (*testCluster, *configserver.Client) {
@@ -80,11 +86,16 @@ func benchStreams(b *testing.B, n int) {
 	for i := range hotStreams {
 		hot = append(hot, fmt.Sprintf("hot%02d", i))
 	}
+	// The hot streams keep at most hotRetentionBytes each: the runs write
+	// about 25 GB a server, which filled this machine's disk once.
+	hotSpec := configserver.StreamSpec{RetentionBytes: new(int64(hotRetentionBytes))}
 	require.Eventually(b, func() bool { // until the servers registered
-		_, err := cc.CreateStream(ctx, configserver.StreamSpec{Name: hot[0]})
+		spec := hotSpec
+		spec.Name = hot[0]
+		_, err := cc.CreateStream(ctx, spec)
 		return err == nil
 	}, 30*time.Second, 200*time.Millisecond)
-	createStreams(b, ctx, cc, hot[1:])
+	createStreams(b, ctx, cc, hot[1:], hotSpec)
 	waitLed(b, c, hotStreams+1, time.Now())
 	hotLoad(b, ctx, c, hot, "warm-up", 3*time.Second) // segments grown, clients connected
 	// The best of the runs (bestOf), before the idle streams and beside them:
@@ -99,7 +110,8 @@ func benchStreams(b *testing.B, n int) {
 	})
 	stopProfile()
 
-	heap0, disk0 := heapInUse(), c.diskUsed(b)
+	notIdle := c.streamDirs(b) // the hot streams' and __consumer_offsets
+	heap0, disk0 := heapInUse(), c.diskUsed(b, notIdle)
 	var idle []string
 	for i := range n {
 		idle = append(idle, fmt.Sprintf("idle%05d", i))
@@ -116,7 +128,7 @@ func benchStreams(b *testing.B, n int) {
 	stopProfile()
 	idleCPU := (processCPU(b) - cpu0).Seconds() / time.Since(t0).Seconds() / 3
 	heapPer := float64(heapInUse()-heap0) / float64(3*n)
-	diskPer := float64(c.diskUsed(b)-disk0) / float64(3*n)
+	diskPer := float64(c.diskUsed(b, notIdle)-disk0) / float64(3*n)
 
 	hotLoad(b, ctx, c, hot, "warm-up beside the idle streams", 3*time.Second) // as before them: 15 s idle since
 	stopProfile = profileTo(b, "VDL_BENCH_HOTPROFILE")
@@ -157,17 +169,18 @@ func benchStreams(b *testing.B, n int) {
 // (a few operators' clients at once), and fails on any error. Like an
 // operator's script it retries while the config servers have no leader
 // (an election under load); a retry finding the stream created counts.
-func createStreams(b *testing.B, ctx context.Context, cc *configserver.Client, names []string, preferredDC ...string) {
+func createStreams(b *testing.B, ctx context.Context, cc *configserver.Client, names []string, like ...configserver.StreamSpec) {
 	work := make(chan string)
 	var wg sync.WaitGroup
 	var mu sync.Mutex
 	var failed []error
 	create := func(name string) error {
 		for try := 0; ; try++ {
-			spec := configserver.StreamSpec{Name: name}
-			if len(preferredDC) > 0 {
-				spec.PreferredDC = preferredDC[0]
+			var spec configserver.StreamSpec
+			if len(like) > 0 {
+				spec = like[0]
 			}
+			spec.Name = name
 			_, err := cc.CreateStream(ctx, spec)
 			switch {
 			case err == nil, try > 0 && errors.Is(err, configserver.ErrExists):
@@ -449,7 +462,7 @@ func benchDCHeal(b *testing.B, n int) {
 		_, err := cc.CreateStream(ctx, configserver.StreamSpec{Name: names[0], PreferredDC: "dc1"})
 		return err == nil
 	}, 30*time.Second, 200*time.Millisecond)
-	createStreams(b, ctx, cc, names[1:], "dc1")
+	createStreams(b, ctx, cc, names[1:], configserver.StreamSpec{PreferredDC: "dc1"})
 	// ledBy counts the streams led by the servers pred accepts, as their
 	// own Raft states say.
 	ledBy := func(pred func(id uint64) bool) int {
