@@ -111,7 +111,7 @@ func benchStreams(b *testing.B, n int) {
 	stopProfile()
 
 	notIdle := c.streamDirs(b) // the hot streams' and __consumer_offsets
-	heap0, disk0 := heapInUse(), c.diskUsed(b, notIdle)
+	heap0, disk0 := c.settledHeap(), c.diskUsed(b, notIdle)
 	var idle []string
 	for i := range n {
 		idle = append(idle, fmt.Sprintf("idle%05d", i))
@@ -127,7 +127,7 @@ func benchStreams(b *testing.B, n int) {
 	time.Sleep(10 * time.Second)
 	stopProfile()
 	idleCPU := (processCPU(b) - cpu0).Seconds() / time.Since(t0).Seconds() / 3
-	heapPer := float64(heapInUse()-heap0) / float64(3*n)
+	heapPer := float64(c.settledHeap()-heap0) / float64(3*n)
 	diskPer := float64(c.diskUsed(b, notIdle)-disk0) / float64(3*n)
 
 	hotLoad(b, ctx, c, hot, "warm-up beside the idle streams", 3*time.Second) // as before them: 15 s idle since
