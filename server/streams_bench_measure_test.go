@@ -233,7 +233,10 @@ func (g gcFigures) since(earlier gcFigures) string {
 // tail caches hold: the streams' state. The caches hold the hot streams'
 // newest records, as much as their budget allows and more or less of it
 // from one moment to the next, which at a few hundred idle streams was
-// more than the streams' state (a negative figure per stream). Two
+// more than the streams' state (a negative figure per stream). An idle
+// stream's own few cached entries (its elections' empty entries, a few
+// hundred bytes) are left out with them: they are the tail-cache budget's,
+// sized apart from the streams' state (docs/operations.md, Memory). Two
 // collections: the first only moves the sync.Pools' buffers (frames of up
 // to 8 MiB) to their victim caches, the second drops them.
 func (c *testCluster) stateHeap() int64 {
