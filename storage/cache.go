@@ -24,6 +24,7 @@ func (e *cacheEnt) payload() []byte { return e.data[1:] }
 type tailCache struct {
 	limit  int64
 	budget *TailBudget // shared with other logs' caches; nil: limit alone
+	owner  *Log        // the log whose cache this is (for the budget)
 	first  uint64      // Raft index of the oldest entry
 	ring   []cacheEnt  // its length is the capacity, a power of two
 	head   int         // ring position of the oldest entry
@@ -59,11 +60,20 @@ func (c *tailCache) add(index uint64, e cacheEnt) {
 	}
 }
 
-// charge counts d more bytes held, in the shared budget too.
+// charge counts d more bytes held, in the shared budget too, which looks
+// at the cache while it holds any.
 func (c *tailCache) charge(d int64) {
+	was := c.bytes
 	c.bytes += d
-	if c.budget != nil {
-		c.budget.used.Add(d)
+	if c.budget == nil {
+		return
+	}
+	c.budget.used.Add(d)
+	switch {
+	case was == 0 && c.bytes > 0:
+		c.budget.hold(c.owner)
+	case was > 0 && c.bytes == 0:
+		c.budget.release(c.owner)
 	}
 }
 

@@ -44,6 +44,7 @@ type Log struct {
 	files         *FileCache    // closed segments' file handles
 	ahead         aheadReads    // catch-up reads started ahead of their consumers
 	lastWrite     atomic.Uint64 // TailBudget's recency tick of the newest write
+	heldAt        int           // position + 1 in TailBudget.holding (0: not there); the budget's mu
 	readAhead     bool          // Options.ReadAhead
 	readBudget    *ReadBudget   // Options.ReadBudget
 	stats         stats         // I/O counters (Stats)
@@ -110,10 +111,7 @@ func (l *Log) Close() error {
 	for _, s := range l.segs {
 		s.retire()
 	}
-	l.cache.reset()
-	if l.cache.budget != nil {
-		l.cache.budget.unregister(l)
-	}
+	l.cache.reset() // off the budget's list
 	return nil
 }
 

@@ -46,7 +46,7 @@ func Open(opts Options) (*Log, error) {
 	l := &Log{fs: opts.FS, dir: opts.Dir, stream: opts.Stream, segSize: opts.SegmentSize, logger: opts.Logger, name: opts.Name,
 		keepPageCache: opts.KeepPageCache, maxRead: opts.MaxReadBytes, space: opts.Space, files: opts.Files}
 	l.cache.limit = opts.TailCacheBytes
-	l.cache.budget = opts.TailBudget
+	l.cache.budget, l.cache.owner = opts.TailBudget, l
 	l.readAhead = opts.ReadAhead
 	l.readBudget = opts.ReadBudget
 	if err := l.recover(); err != nil {
@@ -55,9 +55,6 @@ func Open(opts Options) (*Log, error) {
 		}
 		l.cache.reset() // give back what recovery cached, if anything
 		return nil, err
-	}
-	if opts.TailBudget != nil {
-		opts.TailBudget.register(l)
 	}
 	l.assertRecovered()
 	return l, nil
