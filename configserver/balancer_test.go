@@ -174,3 +174,57 @@ func TestElectionsAreNoWrites(t *testing.T) {
 		require.Equal(t, step.busy, busy[10], "step %d: term %d commit %d high watermark %d", i, step.term, step.commit, step.hwm)
 	}
 }
+
+// idleView is n idle streams on three servers of one DC, their leaders
+// spread evenly, every replica caught up: a settled replica set.
+func idleView(n int) BalanceView {
+	servers := map[uint64]Server{1: {ID: 1, DC: "a"}, 2: {ID: 2, DC: "a"}, 3: {ID: 3, DC: "a"}}
+	v := BalanceView{Servers: servers, Leaders: map[uint64]uint64{}, Reports: map[uint64]GroupReport{},
+		Up: map[uint64]bool{1: true, 2: true, 3: true}}
+	for i := range n {
+		g, l := uint64(100+i), uint64(1+i%3)
+		v.Streams = append(v.Streams, Stream{Name: fmt.Sprintf("idle%05d", i), Group: g, Replicas: []uint64{1, 2, 3}, State: StreamActive})
+		v.Leaders[g] = l
+		rep := GroupReport{Group: g, Role: roleLeader, Leader: l, Commit: 5, HighWatermark: 0}
+		for id := uint64(1); id <= 3; id++ {
+			if id != l {
+				rep.Followers = append(rep.Followers, FollowerReport{ID: id, Match: 5, Active: true})
+			}
+		}
+		v.Reports[g] = rep
+	}
+	return v
+}
+
+// TestEvenCountsLeaveAnEvenSetAlone: with counts one apart the balancer
+// plans nothing; one server leading two more than another gets one of its
+// leaders moved.
+func TestEvenCountsLeaveAnEvenSetAlone(t *testing.T) {
+	v := idleView(31) // 11, 10, 10
+	mem := BalanceMemory{Outside: map[string]time.Time{}, Last: map[string]time.Time{}}
+	now := time.UnixMilli(1_000_000)
+	plan, _, _ := PlanTransfers(v, &mem, now, time.Second)
+	require.Empty(t, plan)
+
+	v.Leaders[101] = 1 // 12, 9, 10
+	rep := v.Reports[101]
+	rep.Leader, rep.Followers = 1, []FollowerReport{{ID: 2, Match: 5, Active: true}, {ID: 3, Match: 5, Active: true}}
+	v.Reports[101] = rep
+	plan, _, _ = PlanTransfers(v, &mem, now, time.Second)
+	require.Len(t, plan, 1)
+	require.Equal(t, uint64(1), plan[0].From)
+	require.Equal(t, uint64(2), plan[0].To)
+}
+
+// BenchmarkPlanTransfers: one balancer round over 10,000 settled idle
+// streams (every second on the config servers' leader).
+func BenchmarkPlanTransfers(b *testing.B) {
+	v := idleView(10_000)
+	mem := BalanceMemory{Outside: map[string]time.Time{}, Last: map[string]time.Time{}}
+	now := time.UnixMilli(1_000_000)
+	b.ReportAllocs()
+	for i := range b.N {
+		plan, _, _ := PlanTransfers(v, &mem, now.Add(time.Duration(i)*time.Second), time.Second)
+		require.Empty(b, plan)
+	}
+}

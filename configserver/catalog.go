@@ -28,6 +28,9 @@ type catalogCache struct {
 	valid   bool
 	servers cached[Server]
 	streams cached[Stream]
+	// byGroup indexes streams by group (the first stream of each), made
+	// on first use after each change: every report asks it.
+	byGroup map[uint64]int
 }
 
 // cached is one bucket's records decoded, in key order.
@@ -85,7 +88,7 @@ func (c *catalogCache) update(t *touched, err error) {
 		c.servers = c.servers.patched(t.servers)
 	}
 	if len(t.streams) > 0 {
-		c.streams = c.streams.patched(t.streams)
+		c.streams, c.byGroup = c.streams.patched(t.streams), nil
 	}
 }
 
@@ -134,9 +137,38 @@ func (s *State) catalog() ([]Server, []Stream) {
 			s.cache.streams = decodeAll[Stream](tx.Bucket(bStreams))
 			return nil
 		})
+		s.cache.byGroup = nil
 		s.cache.valid = true
 	}
 	return s.cache.servers.vals, s.cache.streams.vals
+}
+
+// streamsByGroup is Streams with an index of them by group (the first
+// stream of each). Both are shared: read them, never change them.
+func (s *State) streamsByGroup() ([]Stream, map[uint64]int) {
+	_, streams := s.catalog()
+	s.cache.Lock()
+	defer s.cache.Unlock()
+	if len(streams) == 0 {
+		return streams, nil
+	}
+	if vals := s.cache.streams.vals; !s.cache.valid || len(vals) != len(streams) || &vals[0] != &streams[0] {
+		return streams, groupIndex(streams) // changed meanwhile: index the ones read
+	}
+	if s.cache.byGroup == nil {
+		s.cache.byGroup = groupIndex(streams)
+	}
+	return streams, s.cache.byGroup
+}
+
+func groupIndex(streams []Stream) map[uint64]int {
+	out := make(map[uint64]int, len(streams))
+	for i, st := range streams {
+		if _, dup := out[st.Group]; !dup {
+			out[st.Group] = i
+		}
+	}
+	return out
 }
 
 // invalidate drops the decoded catalog: the next read decodes it all. For

@@ -1,6 +1,7 @@
 package configserver
 
 import (
+	"cmp"
 	"maps"
 	"slices"
 )
@@ -62,6 +63,16 @@ func mergeReport(prev *Report, r Report) (full Report, ok bool) {
 	if prev == nil || prev.Seq != r.Base {
 		return Report{}, false
 	}
+	full = r
+	full.Base, full.Gone = 0, nil
+	if len(r.Groups) == 0 && len(r.Gone) == 0 {
+		full.Groups = prev.Groups // nothing changed: shared, never changed
+		return full, true
+	}
+	if merged, ok := mergeSorted(prev.Groups, r.Groups, r.Gone); ok {
+		full.Groups = merged
+		return full, true
+	}
 	byGroup := make(map[uint64]GroupReport, len(prev.Groups)+len(r.Groups))
 	for _, g := range prev.Groups {
 		byGroup[g.Group] = g
@@ -72,11 +83,55 @@ func mergeReport(prev *Report, r Report) (full Report, ok bool) {
 	for _, g := range r.Gone {
 		delete(byGroup, g)
 	}
-	full = r
-	full.Base, full.Gone = 0, nil
 	full.Groups = make([]GroupReport, 0, len(byGroup))
 	for _, g := range slices.Sorted(maps.Keys(byGroup)) {
 		full.Groups = append(full.Groups, byGroup[g])
 	}
 	return full, true
+}
+
+// mergeSorted is prev with changed's groups set and gone's removed, in one
+// pass: each report of a server with 10,000 streams merged through a map
+// and a sort cost the config servers' leader milliseconds. ok is false
+// unless all three are sorted by group without repeats (as servers send
+// them); mergeReport then merges through a map.
+func mergeSorted(prev, changed []GroupReport, gone []uint64) (out []GroupReport, ok bool) {
+	byID := func(a, b GroupReport) int { return cmp.Compare(a.Group, b.Group) }
+	if !strictlySorted(prev, byID) || !strictlySorted(changed, byID) || !strictlySorted(gone, cmp.Compare[uint64]) {
+		return nil, false
+	}
+	out = make([]GroupReport, 0, len(prev)+len(changed))
+	i, j, k := 0, 0, 0
+	for i < len(prev) || j < len(changed) {
+		var g GroupReport
+		switch {
+		case j == len(changed) || i < len(prev) && prev[i].Group < changed[j].Group:
+			g = prev[i]
+			i++
+		case i == len(prev) || changed[j].Group < prev[i].Group:
+			g = changed[j]
+			j++
+		default: // the same group: the change wins
+			g = changed[j]
+			i, j = i+1, j+1
+		}
+		for k < len(gone) && gone[k] < g.Group {
+			k++
+		}
+		if k < len(gone) && gone[k] == g.Group {
+			continue
+		}
+		out = append(out, g)
+	}
+	return out, true
+}
+
+// strictlySorted reports whether s is sorted by cmp with no two equal.
+func strictlySorted[T any](s []T, cmp func(a, b T) int) bool {
+	for i := 1; i < len(s); i++ {
+		if cmp(s[i-1], s[i]) >= 0 {
+			return false
+		}
+	}
+	return true
 }

@@ -80,6 +80,7 @@ func TestDeltaNeedsItsBase(t *testing.T) {
 func FuzzMergeReport(f *testing.F) {
 	f.Add([]byte(`{"seq":2,"base":1,"groups":[{"group":3}],"gone":[1,1,9]}`))
 	f.Add([]byte(`{"seq":2,"base":1,"groups":[{"group":2},{"group":2},{"group":1}]}`))
+	f.Add([]byte(`{"seq":2,"base":1,"groups":[{"group":0},{"group":2,"role":"x"},{"group":5}],"gone":[2,4]}`))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		var r Report
 		if json.Unmarshal(data, &r) != nil {
@@ -90,10 +91,18 @@ func FuzzMergeReport(f *testing.F) {
 		if !ok {
 			return
 		}
-		if r.Base != 0 { // merged: sorted, each group once
+		if r.Base != 0 { // merged: sorted, each group once, as a map merges
 			for i := 1; i < len(full.Groups); i++ {
 				require.Less(t, full.Groups[i-1].Group, full.Groups[i].Group)
 			}
+			want := byGroup(held.Groups)
+			for _, g := range r.Groups {
+				want[g.Group] = g
+			}
+			for _, g := range r.Gone {
+				delete(want, g)
+			}
+			require.Equal(t, want, byGroup(full.Groups))
 		}
 	})
 }

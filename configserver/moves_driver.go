@@ -316,7 +316,8 @@ func Orphans(st Stream, rep GroupReport) []uint64 {
 }
 
 // removeOrphans asks the leaders of streams with no active move to remove
-// the members their catalog does not have (Orphans).
+// the members their catalog does not have (Orphans). It looks at every
+// stream under one hold of the soft state's lock, and asks after it.
 func (s *Service) removeOrphans(ctx context.Context) {
 	busy := map[string]bool{}
 	for _, m := range s.state.Moves() {
@@ -324,19 +325,54 @@ func (s *Service) removeOrphans(ctx context.Context) {
 			busy[m.Stream] = true
 		}
 	}
-	for _, st := range s.state.Streams() {
+	type orphan struct {
+		stream         string
+		leader, member uint64
+	}
+	var found []orphan
+	streams := s.state.Streams()
+	s.soft.mu.Lock()
+	leaders := s.leadersLocked()
+	for i := range streams {
+		st := &streams[i]
 		if st.State != StreamActive || busy[st.Name] {
 			continue
 		}
-		leader, rep, ok := s.leaderReport(st.Group)
+		l, ok := leaders[st.Group]
 		if !ok {
 			continue
 		}
-		if o := Orphans(st, rep); len(o) > 0 {
-			s.log.Info("removing a member the catalog does not have (a cancelled move's target)", "stream", st.Name, "member", o[0])
-			s.noteMove(st.Name, s.memberCall(ctx, http.MethodDelete, leader, st.Name, o[0], ""))
+		rep, _ := s.soft.reports[l].group(st.Group)
+		if !strangers(st.Replicas, rep) {
+			continue
+		}
+		if o := Orphans(*st, rep); len(o) > 0 {
+			found = append(found, orphan{st.Name, l, o[0]})
 		}
 	}
+	s.soft.mu.Unlock()
+	for _, o := range found {
+		i := slices.IndexFunc(s.state.Servers(), func(srv Server) bool { return srv.ID == o.leader })
+		if i < 0 {
+			continue
+		}
+		s.log.Info("removing a member the catalog does not have (a cancelled move's target)", "stream", o.stream, "member", o.member)
+		s.noteMove(o.stream, s.memberCall(ctx, http.MethodDelete, s.state.Servers()[i], o.stream, o.member, ""))
+	}
+}
+
+// strangers reports whether the group's membership in rep has a member
+// not in replicas: Orphans without its allocations, for the streams
+// (nearly all) that have none.
+func strangers(replicas []uint64, rep GroupReport) bool {
+	for _, ids := range [][]uint64{rep.Voters, rep.Learners} {
+		for _, id := range ids {
+			if !slices.Contains(replicas, id) {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // drain starts moves of the replicas on draining servers, up to MaxMoves

@@ -284,20 +284,27 @@ func (s *Service) handleReport(ctx context.Context, r Report) (Assignment, error
 	if h, ok := s.soft.reports[r.Server.ID]; ok {
 		prev = &h.report
 	}
+	same := r.Base != 0 && len(r.Groups) == 0 && len(r.Gone) == 0 // a delta of nothing
 	r, ok := mergeReport(prev, r)
 	if !ok {
 		s.soft.mu.Unlock()
 		return Assignment{NeedFull: true}, nil
 	}
-	if prev == nil || !slices.EqualFunc(prev.Groups, r.Groups, sameGroupReport) {
+	if !same && (prev == nil || !slices.EqualFunc(prev.Groups, r.Groups, sameGroupReport)) {
 		s.soft.setReport(r.Server.ID, newHeard(now, r))
 	} else {
 		s.soft.reports[r.Server.ID] = heard{at: now, report: r, groups: s.soft.reports[r.Server.ID].groups}
 	}
 	leaders := s.leadersLocked()
 	gen := s.soft.leadersGen
-	views := map[uint64]GroupReport{} // the leader's view of the groups this server reports
+	// The leader's view of the groups the server reports but is no
+	// replica of (orphans asks only of those).
+	all, byGroup := s.state.streamsByGroup()
+	views := map[uint64]GroupReport{}
 	for _, g := range r.Groups {
+		if i, ok := byGroup[g.Group]; ok && (all[i].State != StreamActive || slices.Contains(all[i].Replicas, r.Server.ID)) {
+			continue
+		}
 		if l, ok := leaders[g.Group]; ok {
 			if gr, ok := s.soft.reports[l].group(g.Group); ok {
 				views[g.Group] = gr
@@ -310,8 +317,7 @@ func (s *Service) handleReport(ctx context.Context, r Report) (Assignment, error
 	if gen == 0 || r.LeadersGen != gen || r.Version != a.Version {
 		a.Leaders = map[string]uint64{}
 	}
-	all := s.state.Streams()
-	a.Deleted = orphans(r.Server.ID, r.Groups, all, s.state.NextGroup(), func(g uint64) (GroupReport, bool) {
+	a.Deleted = orphans(r.Server.ID, r.Groups, all, byGroup, s.state.NextGroup(), func(g uint64) (GroupReport, bool) {
 		v, ok := views[g]
 		return v, ok && leaders[g] != r.Server.ID
 	})
@@ -339,14 +345,9 @@ func (s *Service) handleReport(ctx context.Context, r Report) (Assignment, error
 // move took it back out) once the group's leader reports a membership
 // without it. (A removed replica may never hear of its removal: the
 // leader's view decides.)
-func orphans(server uint64, groups []GroupReport, streams []Stream, next uint64, leaderView func(group uint64) (GroupReport, bool)) []uint64 {
+// byGroup indexes streams by group (the first stream of each).
+func orphans(server uint64, groups []GroupReport, streams []Stream, byGroup map[uint64]int, next uint64, leaderView func(group uint64) (GroupReport, bool)) []uint64 {
 	var out []uint64
-	byGroup := make(map[uint64]int, len(streams))
-	for i, st := range streams {
-		if _, dup := byGroup[st.Group]; !dup {
-			byGroup[st.Group] = i
-		}
-	}
 	for _, g := range groups {
 		i, ok := byGroup[g.Group]
 		if !ok {

@@ -36,9 +36,18 @@ func (p *reporter) answered(r configserver.Report, cur []configserver.GroupRepor
 		return
 	}
 	p.base = r.Seq
-	p.groups = make(map[uint64]configserver.GroupReport, len(cur))
-	for _, g := range cur {
-		p.groups[g.Group] = g
+	if r.Base != 0 && p.groups != nil { // a delta of what p.groups holds: it makes cur of them
+		for _, g := range r.Groups {
+			p.groups[g.Group] = g
+		}
+		for _, g := range r.Gone {
+			delete(p.groups, g)
+		}
+	} else {
+		p.groups = make(map[uint64]configserver.GroupReport, len(cur))
+		for _, g := range cur {
+			p.groups[g.Group] = g
+		}
 	}
 	if a.Leaders != nil || a.LeadersGen != p.leadersGen {
 		p.leadersGen = a.LeadersGen

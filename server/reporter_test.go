@@ -31,6 +31,12 @@ func TestReporterSendsDeltasOfTheAnsweredReport(t *testing.T) {
 	require.Equal(t, []configserver.GroupReport{g1b}, r.Groups, "only the group that changed")
 	require.Equal(t, []uint64{2}, r.Gone)
 	require.Equal(t, uint64(5), r.LeadersGen, "the leaders held")
+	p.answered(r, cur, configserver.Assignment{LeadersGen: 5})
+	require.Equal(t, map[uint64]configserver.GroupReport{1: g1b}, p.groups, "the answered delta applied to its base")
+	r, _ = p.next(configserver.Report{Groups: cur})
+	require.Equal(t, uint64(2), r.Base)
+	require.Empty(t, r.Groups)
+	require.Empty(t, r.Gone)
 
 	p.lost() // the report failed: unknown whether it was heard
 	r, _ = p.next(configserver.Report{Groups: cur})
