@@ -23,7 +23,9 @@ func (h *Host) Status(group uint64) (GroupStatus, bool) {
 func (h *Host) Statuses() []GroupStatus {
 	var out []GroupStatus
 	if err := h.call(func() {
-		for _, g := range h.node.Groups() {
+		groups := h.node.Groups()
+		out = make([]GroupStatus, 0, len(groups)) // grown by appends, 10,000 statuses were copied about twice
+		for _, g := range groups {
 			if s, ok := h.node.Status(g); ok {
 				out = append(out, s)
 			}

@@ -200,7 +200,9 @@ func (s *Server) self() configserver.Server {
 // report is this server's report: what it hosts and how it is.
 func (s *Server) report() configserver.Report {
 	r := configserver.Report{Server: s.self(), Version: s.control.version.Load()}
-	for _, gs := range s.host.Statuses() {
+	statuses := s.host.Statuses()
+	r.Groups = make([]configserver.GroupReport, 0, len(statuses))
+	for _, gs := range statuses {
 		r.Groups = append(r.Groups, configserver.ReportGroup(s.cfg.NodeID, gs))
 	}
 	if free, err := s.fs.FreeSpace(s.cfg.DataDir); err == nil {
