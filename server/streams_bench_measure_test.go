@@ -207,12 +207,13 @@ func writeHeap(b *testing.B, path string) {
 // the collector used (the hot load beside idle streams pays its marking),
 // and of that CPU the share of idle marking: the runtime marks on a
 // processor with nothing else to run, which costs the load nothing.
-type gcFigures struct{ cycles, allocated, gcCPU, idleCPU, allCPU float64 }
+// scan is the heap the last cycle had to scan (objects holding pointers).
+type gcFigures struct{ cycles, allocated, gcCPU, idleCPU, allCPU, scan float64 }
 
 func readGC() gcFigures {
 	ss := []rtmetrics.Sample{{Name: "/gc/cycles/total:gc-cycles"}, {Name: "/gc/heap/allocs:bytes"},
 		{Name: "/cpu/classes/gc/total:cpu-seconds"}, {Name: "/cpu/classes/gc/mark/idle:cpu-seconds"},
-		{Name: "/cpu/classes/total:cpu-seconds"}}
+		{Name: "/cpu/classes/total:cpu-seconds"}, {Name: "/gc/scan/heap:bytes"}}
 	rtmetrics.Read(ss)
 	f := func(i int) float64 {
 		if ss[i].Value.Kind() == rtmetrics.KindFloat64 {
@@ -220,13 +221,13 @@ func readGC() gcFigures {
 		}
 		return float64(ss[i].Value.Uint64())
 	}
-	return gcFigures{cycles: f(0), allocated: f(1), gcCPU: f(2), idleCPU: f(3), allCPU: f(4)}
+	return gcFigures{cycles: f(0), allocated: f(1), gcCPU: f(2), idleCPU: f(3), allCPU: f(4), scan: f(5)}
 }
 
 func (g gcFigures) since(earlier gcFigures) string {
 	all := g.allCPU - earlier.allCPU
-	return fmt.Sprintf("GC: %.0f cycles, %.0f MB allocated, %.1f%% of the CPU spent collecting (%.1f%% marking on idle processors)",
-		g.cycles-earlier.cycles, (g.allocated-earlier.allocated)/1e6, (g.gcCPU-earlier.gcCPU)/all*100, (g.idleCPU-earlier.idleCPU)/all*100)
+	return fmt.Sprintf("GC: %.0f cycles, %.0f MB allocated, %.1f%% of the CPU spent collecting (%.1f%% marking on idle processors), %.0f MB of heap to scan",
+		g.cycles-earlier.cycles, (g.allocated-earlier.allocated)/1e6, (g.gcCPU-earlier.gcCPU)/all*100, (g.idleCPU-earlier.idleCPU)/all*100, g.scan/1e6)
 }
 
 // stateHeap is the heap in use after a collection, less what the servers'
