@@ -55,7 +55,7 @@ func (p *testPKI) secure(id uint64) func(*Config) {
 	}
 }
 
-func secureCluster(t *testing.T, p *testPKI, n int, opts ...func(*Config)) []*tnode {
+func secureCluster(t testing.TB, p *testPKI, n int, opts ...func(*Config)) []*tnode {
 	lns := make([]net.Listener, n)
 	book := map[uint64]string{}
 	for i := range lns {
