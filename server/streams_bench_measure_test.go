@@ -226,6 +226,10 @@ func readGC() gcFigures {
 
 func (g gcFigures) since(earlier gcFigures) string {
 	all := g.allCPU - earlier.allCPU
+	if all <= 0 { // the runtime updates its CPU figures at the end of a cycle
+		return fmt.Sprintf("GC: %.0f cycles, %.0f MB allocated, %.0f MB of heap to scan",
+			g.cycles-earlier.cycles, (g.allocated-earlier.allocated)/1e6, g.scan/1e6)
+	}
 	return fmt.Sprintf("GC: %.0f cycles, %.0f MB allocated, %.1f%% of the CPU spent collecting (%.1f%% marking on idle processors), %.0f MB of heap to scan",
 		g.cycles-earlier.cycles, (g.allocated-earlier.allocated)/1e6, (g.gcCPU-earlier.gcCPU)/all*100, (g.idleCPU-earlier.idleCPU)/all*100, g.scan/1e6)
 }
