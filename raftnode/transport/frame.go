@@ -190,14 +190,15 @@ type frameReader struct {
 }
 
 // maxRetainedBuf is the largest body buffer kept between frames; a larger
-// one is dropped after use so it is not pinned. It is the send side's
-// largest pooled frame (8 MiB): at 1 MiB, every append of an entry of
-// 1 MiB or more (a Kafka client's 1 MiB batch and the frame's few bytes
-// around it) dropped the buffer and grew a new one from 4 KiB, doubling:
-// 3 MiB allocated and zeroed and 2 MiB copied per frame, a third of a
-// follower's CPU for it (BenchmarkTLSAppends). A stream holds it only
-// once such a frame's bytes arrived (readBody grows with them).
-const maxRetainedBuf = 8 << 20
+// one is dropped after use so it is not pinned. It holds an append of the
+// largest entry a server makes (max_entry_bytes, 8 MiB by default) and the
+// frame's own bytes around it. At 1 MiB, every append of an entry of
+// 1 MiB or more (kafka-go's default batch is 1 MiB) dropped the buffer
+// and grew a new one from 4 KiB, doubling: 3 MiB allocated and zeroed and
+// 2 MiB copied per frame, two thirds of the CPU of streaming such appends
+// (BenchmarkTLSAppends). A stream holds it only once such a frame's bytes
+// arrived (readBody grows with them).
+const maxRetainedBuf = 9 << 20
 
 // next reads one frame. The returned payload is valid until the next call.
 // io.EOF is returned only at a clean frame boundary.
