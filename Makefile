@@ -38,6 +38,7 @@ bench-storage:
 
 bench-replication:
 	$(GO) test -count=1 -run '^$$' -bench . -benchtime 10s -timeout 20m ./raftnode/clustertest/
+	$(GO) test -count=1 -run '^$$' -bench '^Benchmark(TLSAppends|EncodeAppend)$$' -benchtime 2s ./raftnode/transport/
 
 # End-to-end: a local 3-process cluster, franz-go producers and consumers,
 # beside the raw disk limit (docs/performance.md): BenchmarkProduceDefaults
@@ -71,6 +72,7 @@ gate: build build-failpoint
 # Sizing), and leaders returning to their preferred DC after it heals (docs/configserver.md):
 # VDL_BENCH_STREAMS (1000), VDL_BENCH_QUIESCE=0 for the figures without quiescence.
 bench-streams:
+	$(GO) test -count=1 -run '^$$' -bench '^BenchmarkPlanTransfers$$' -benchtime 1s ./configserver/
 	$(GO) test -count=1 -run '^$$' -bench '^Benchmark(Streams|DCHeal)$$' -benchtime 1x -timeout 60m ./server/
 
 bench-tls:
