@@ -32,15 +32,23 @@ type scenario struct {
 	name   string
 	canary canary.Name
 	run    func(t *testing.T, env []string) []string
+	// tries is how many runs may be needed to catch the canary (0: one).
+	tries int
 }
 
 var scenarios = []scenario{
-	{"power loss under load", canary.AckBeforeFsync, powerLossUnderLoad},
-	{"power loss after a vote", canary.HardStateNotSynced, powerLossAfterVote},
-	{"power loss after a membership change", canary.ConfStateNotReplayed, powerLossAfterMembership},
-	{"fetch from a follower", canary.FollowerServesFetch, fetchFromFollower},
-	{"fetch of an uncommitted record", canary.ReadAboveHWM, fetchUncommitted},
-	{"fetch from a deposed leader", canary.NoReadFence, fetchFromDeposedLeader},
+	// The cut catches acknowledge-before-fsync only if a write came after
+	// the last fsync before it, which is left to timing: on 4 December it
+	// missed in 3 of 37 runs of the day's code (in CI once), 0 of 20 of
+	// the code before and 0 of 14 of the day's code without its transport
+	// change (none of the changes touches the write path; too few runs to
+	// tell them from chance). So it gets a second run.
+	{"power loss under load", canary.AckBeforeFsync, powerLossUnderLoad, 2},
+	{"power loss after a vote", canary.HardStateNotSynced, powerLossAfterVote, 0},
+	{"power loss after a membership change", canary.ConfStateNotReplayed, powerLossAfterMembership, 0},
+	{"fetch from a follower", canary.FollowerServesFetch, fetchFromFollower, 0},
+	{"fetch of an uncommitted record", canary.ReadAboveHWM, fetchUncommitted, 0},
+	{"fetch from a deposed leader", canary.NoReadFence, fetchFromDeposedLeader, 0},
 }
 
 // TestPowerLossAndReads: the real processes keep what they acknowledged
@@ -58,7 +66,13 @@ func TestPowerLossAndReads(t *testing.T) {
 func TestRealProcessCanaries(t *testing.T) {
 	for _, sc := range scenarios {
 		t.Run(string(sc.canary), func(t *testing.T) {
-			found := sc.run(t, []string{"VDL_CANARY=" + string(sc.canary)})
+			var found []string
+			for try := 1; len(found) == 0 && try <= max(1, sc.tries); try++ {
+				if try > 1 {
+					t.Logf("run %d: the first did not catch canary %s", try, sc.canary)
+				}
+				found = sc.run(t, []string{"VDL_CANARY=" + string(sc.canary)})
+			}
 			require.NotEmpty(t, found, "the %s scenario did not catch canary %s", sc.name, sc.canary)
 			t.Logf("canary %s caught by %q: %v", sc.canary, sc.name, found)
 		})
