@@ -56,3 +56,18 @@ func (w *capWatcher) Read(p []byte) (int, error) {
 	w.maxBuf = max(w.maxBuf, cap(p))
 	return w.r.Read(p)
 }
+
+// BenchmarkReadFrame reads the request frame of a default franz-go
+// producer's full batch (about 1 MB): its allocations and copies as the
+// buffer grows.
+func BenchmarkReadFrame(b *testing.B) {
+	const n = 1_000_100
+	wire := frameOf(n)
+	b.SetBytes(n)
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := ReadFrame(bytes.NewReader(wire), 64<<20); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
