@@ -131,6 +131,12 @@ func decodeAll[T any](b *bolt.Bucket) cached[T] {
 func (s *State) catalog() ([]Server, []Stream) {
 	s.cache.Lock()
 	defer s.cache.Unlock()
+	s.loadLocked()
+	return s.cache.servers.vals, s.cache.streams.vals
+}
+
+// loadLocked decodes the whole catalog if the cache is not valid.
+func (s *State) loadLocked() {
 	if !s.cache.valid {
 		_ = s.db.View(func(tx *bolt.Tx) error {
 			s.cache.servers = decodeAll[Server](tx.Bucket(bServers))
@@ -140,25 +146,18 @@ func (s *State) catalog() ([]Server, []Stream) {
 		s.cache.byGroup = nil
 		s.cache.valid = true
 	}
-	return s.cache.servers.vals, s.cache.streams.vals
 }
 
 // streamsByGroup is Streams with an index of them by group (the first
 // stream of each). Both are shared: read them, never change them.
 func (s *State) streamsByGroup() ([]Stream, map[uint64]int) {
-	_, streams := s.catalog()
 	s.cache.Lock()
 	defer s.cache.Unlock()
-	if len(streams) == 0 {
-		return streams, nil
-	}
-	if vals := s.cache.streams.vals; !s.cache.valid || len(vals) != len(streams) || &vals[0] != &streams[0] {
-		return streams, groupIndex(streams) // changed meanwhile: index the ones read
-	}
+	s.loadLocked()
 	if s.cache.byGroup == nil {
-		s.cache.byGroup = groupIndex(streams)
+		s.cache.byGroup = groupIndex(s.cache.streams.vals)
 	}
-	return streams, s.cache.byGroup
+	return s.cache.streams.vals, s.cache.byGroup
 }
 
 func groupIndex(streams []Stream) map[uint64]int {

@@ -303,12 +303,15 @@ func (s *Service) noteMove(stream, reason string) {
 // them) that its catalog does not have: a move's target whose add was
 // still in flight when a cancel ended the move (the cancel saw a report
 // without it). The driver removes them, one at a time, from streams with
-// no active move; the server then removes its copy. Pure, sorted.
+// no active move; the server then removes its copy. Pure, sorted; no
+// allocation when there are none (every stream is asked every second).
 func Orphans(st Stream, rep GroupReport) []uint64 {
 	var out []uint64
-	for _, id := range append(slices.Clone(rep.Voters), rep.Learners...) {
-		if !slices.Contains(st.Replicas, id) && !slices.Contains(out, id) {
-			out = append(out, id)
+	for _, ids := range [][]uint64{rep.Voters, rep.Learners} {
+		for _, id := range ids {
+			if !slices.Contains(st.Replicas, id) && !slices.Contains(out, id) {
+				out = append(out, id)
+			}
 		}
 	}
 	slices.Sort(out)
@@ -343,36 +346,20 @@ func (s *Service) removeOrphans(ctx context.Context) {
 			continue
 		}
 		rep, _ := s.soft.reports[l].group(st.Group)
-		if !strangers(st.Replicas, rep) {
-			continue
-		}
 		if o := Orphans(*st, rep); len(o) > 0 {
 			found = append(found, orphan{st.Name, l, o[0]})
 		}
 	}
 	s.soft.mu.Unlock()
+	servers := s.state.Servers()
 	for _, o := range found {
-		i := slices.IndexFunc(s.state.Servers(), func(srv Server) bool { return srv.ID == o.leader })
+		i := slices.IndexFunc(servers, func(srv Server) bool { return srv.ID == o.leader })
 		if i < 0 {
 			continue
 		}
 		s.log.Info("removing a member the catalog does not have (a cancelled move's target)", "stream", o.stream, "member", o.member)
-		s.noteMove(o.stream, s.memberCall(ctx, http.MethodDelete, s.state.Servers()[i], o.stream, o.member, ""))
+		s.noteMove(o.stream, s.memberCall(ctx, http.MethodDelete, servers[i], o.stream, o.member, ""))
 	}
-}
-
-// strangers reports whether the group's membership in rep has a member
-// not in replicas: Orphans without its allocations, for the streams
-// (nearly all) that have none.
-func strangers(replicas []uint64, rep GroupReport) bool {
-	for _, ids := range [][]uint64{rep.Voters, rep.Learners} {
-		for _, id := range ids {
-			if !slices.Contains(replicas, id) {
-				return true
-			}
-		}
-	}
-	return false
 }
 
 // drain starts moves of the replicas on draining servers, up to MaxMoves

@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/vdl-project/vdl/internal/selfcpu"
 )
 
 // BenchmarkIdempotentProduce: produce throughput of franz-go's idempotent
@@ -95,7 +97,7 @@ func runIdemBench(b *testing.B, dir string, phase time.Duration) {
 		ctx, cancel := context.WithTimeout(context.Background(), d)
 		defer cancel()
 		var wg sync.WaitGroup
-		cpu0, self0 := c.CPUSeconds(), selfCPU()
+		cpu0, self0 := c.CPUSeconds(), selfcpu.Used().Seconds()
 		start := time.Now()
 		for _, cl := range clients {
 			wg.Add(1)
@@ -119,7 +121,7 @@ func runIdemBench(b *testing.B, dir string, phase time.Duration) {
 		}
 		wg.Wait()
 		secs := time.Since(start).Seconds()
-		serverCPU, clientCPU := c.CPUSeconds()-cpu0, selfCPU()-self0
+		serverCPU, clientCPU := c.CPUSeconds()-cpu0, selfcpu.Used().Seconds()-self0
 		for _, cl := range clients {
 			cl.Close()
 		}

@@ -22,6 +22,7 @@ import (
 
 	"github.com/vdl-project/vdl/internal/diskprobe"
 	"github.com/vdl-project/vdl/internal/proccluster"
+	"github.com/vdl-project/vdl/internal/selfcpu"
 )
 
 // BenchmarkProduceDefaults: produce on the default server config (no
@@ -112,10 +113,10 @@ func runProduceDefaults(b *testing.B, dir string, dur time.Duration) {
 	if prof := os.Getenv("VDL_BENCH_PROFILE"); prof != "" {
 		go leaderProfile(b, leader, prof+".produce", 6)
 	}
-	pcpu0, pself0, pt0 := c.CPUSeconds(), selfCPU(), time.Now()
+	pcpu0, pself0, pt0 := c.CPUSeconds(), selfcpu.Used().Seconds(), time.Now()
 	paced := pacedEndToEnd(b, brokers, stream, rate, 8*time.Second)
 	psecs := time.Since(pt0).Seconds()
-	pserver, pclient := (c.CPUSeconds()-pcpu0)/psecs, (selfCPU()-pself0)/psecs
+	pserver, pclient := (c.CPUSeconds()-pcpu0)/psecs, (selfcpu.Used().Seconds()-pself0)/psecs
 	for k := range h1 {
 		h1[k] = scrapeHists(b, c.Node(uint64(k+1)), "", names...)
 	}
@@ -199,7 +200,7 @@ func produceSaturated(b *testing.B, c *Cluster, brokers []string, stream string,
 		clients[p] = cl
 	}
 	r := satResult{load: loadAvg()}
-	cpu0, self0, faults0 := c.CPUSeconds(), selfCPU(), c.MinorFaults()
+	cpu0, self0, faults0 := c.CPUSeconds(), selfcpu.Used().Seconds(), c.MinorFaults()
 	start := time.Now()
 	var wg sync.WaitGroup
 	for _, cl := range clients {
@@ -220,7 +221,7 @@ func produceSaturated(b *testing.B, c *Cluster, brokers []string, stream string,
 	}
 	wg.Wait()
 	r.secs = time.Since(start).Seconds()
-	r.serverCPU, r.clientCPU = c.CPUSeconds()-cpu0, selfCPU()-self0
+	r.serverCPU, r.clientCPU = c.CPUSeconds()-cpu0, selfcpu.Used().Seconds()-self0
 	r.faults = c.MinorFaults() - faults0
 	r.acked, r.errs = acked.Load(), errs.Load()
 	return r

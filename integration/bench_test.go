@@ -12,13 +12,13 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/vdl-project/vdl/internal/diskprobe"
+	"github.com/vdl-project/vdl/internal/selfcpu"
 )
 
 const (
@@ -50,15 +50,6 @@ func loadAvg() string {
 		return "?"
 	}
 	return strings.Join(f[:3], " ")
-}
-
-// selfCPU is this process's user+system CPU seconds (the clients).
-func selfCPU() float64 {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return 0
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano()).Seconds()
 }
 
 type pacedResult struct {
@@ -232,7 +223,7 @@ func runE2E(b *testing.B, dir string, dur time.Duration) {
 	defer cancel()
 	var wg sync.WaitGroup
 	r.loadBefore = loadAvg()
-	cpu0, self0 := c.CPUSeconds(), selfCPU()
+	cpu0, self0 := c.CPUSeconds(), selfcpu.Used().Seconds()
 	startProduce := time.Now()
 	for p := 0; p < producers; p++ {
 		opts := []kgo.Opt{kgo.SeedBrokers(brokers...), kgo.DefaultProduceTopic(stream),
@@ -285,7 +276,7 @@ func runE2E(b *testing.B, dir string, dur time.Duration) {
 	wg.Wait()
 	r.produceSecs = time.Since(startProduce).Seconds()
 	r.serverCPU = c.CPUSeconds() - cpu0
-	r.clientCPU = selfCPU() - self0
+	r.clientCPU = selfcpu.Used().Seconds() - self0
 	r.produced = acked.Load()
 	r.produceErrs = errs.Load()
 	var all []time.Duration

@@ -11,7 +11,6 @@ import (
 	rtmetrics "runtime/metrics"
 	"runtime/pprof"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -274,16 +273,6 @@ func (c *testCluster) settledHeap() int64 {
 		prev = h
 	}
 	return prev
-}
-
-// processCPU is the process's user+system CPU time (/proc/self/stat).
-func processCPU(b *testing.B) time.Duration {
-	raw, err := os.ReadFile("/proc/self/stat")
-	require.NoError(b, err)
-	f := strings.Fields(string(raw[strings.LastIndexByte(string(raw), ')')+2:]))
-	ut, _ := strconv.ParseInt(f[11], 10, 64)
-	st, _ := strconv.ParseInt(f[12], 10, 64)
-	return time.Duration(ut+st) * time.Second / 100 // USER_HZ
 }
 
 // hotLeaders says which server leads each hot stream and how often their

@@ -20,6 +20,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/vdl-project/vdl/configserver"
+	"github.com/vdl-project/vdl/internal/selfcpu"
 )
 
 // BenchmarkStreams measures what many mostly idle streams cost a replica
@@ -123,10 +124,10 @@ func benchStreams(b *testing.B, n int) {
 	led := time.Since(start)
 	time.Sleep(5 * time.Second) // elections settle, groups quiesce
 	stopProfile = profileTo(b, "VDL_BENCH_CPUPROFILE")
-	cpu0, t0 := processCPU(b), time.Now()
+	cpu0, t0 := selfcpu.Used(), time.Now()
 	time.Sleep(10 * time.Second)
 	stopProfile()
-	idleCPU := (processCPU(b) - cpu0).Seconds() / time.Since(t0).Seconds() / 3
+	idleCPU := (selfcpu.Used() - cpu0).Seconds() / time.Since(t0).Seconds() / 3
 	heapPer := float64(c.settledHeap()-heap0) / float64(3*n)
 	diskPer := float64(c.diskUsed(b, notIdle)-disk0) / float64(3*n)
 

@@ -70,8 +70,8 @@ func (b *TailBudget) release(l *Log) {
 	b.mu.Unlock()
 }
 
-// Holding is how many logs' caches hold bytes.
-func (b *TailBudget) Holding() int {
+// holdingLogs is how many logs' caches hold bytes.
+func (b *TailBudget) holdingLogs() int {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return len(b.holding)

@@ -70,27 +70,27 @@ func TestTailBudgetLooksOnlyAtLogsHoldingBytes(t *testing.T) {
 		fillLog(&testing.B{}, l, 1<<10, 1<<10) // one entry, as an idle stream's first
 		idle = append(idle, l)
 	}
-	require.Equal(t, 100, b.Holding())
+	require.Equal(t, 100, b.holdingLogs())
 	empty := budgetLog(t, fs, 1, b)
-	require.Equal(t, 100, b.Holding(), "a log with nothing cached is not looked at")
+	require.Equal(t, 100, b.holdingLogs(), "a log with nothing cached is not looked at")
 
 	hot := budgetLog(t, fs, 2, b)
 	fillLog(&testing.B{}, hot, 16<<10, 12*mib)
-	require.Equal(t, 1, b.Holding(), "the idle logs' entries went first, and the logs with them")
+	require.Equal(t, 1, b.holdingLogs(), "the idle logs' entries went first, and the logs with them")
 	for _, l := range idle {
 		require.Zero(t, l.cache.bytes)
 	}
 	require.LessOrEqual(t, b.Used(), b.Limit())
 
 	fillLog(&testing.B{}, idle[0], 1<<10, 1<<10)
-	require.Equal(t, 2, b.Holding(), "written again, a log is looked at again")
+	require.Equal(t, 2, b.holdingLogs(), "written again, a log is looked at again")
 	require.NoError(t, hot.Close())
-	require.Equal(t, 1, b.Holding(), "a closed log is off the list")
+	require.Equal(t, 1, b.holdingLogs(), "a closed log is off the list")
 	require.Equal(t, idle[0].cache.bytes, b.Used())
 	for _, l := range append(idle, empty) {
 		require.NoError(t, l.Close())
 	}
-	require.Zero(t, b.Holding())
+	require.Zero(t, b.holdingLogs())
 	require.Zero(t, b.Used())
 }
 

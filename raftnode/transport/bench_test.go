@@ -7,12 +7,13 @@ import (
 	"log/slog"
 	"net"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
 	"go.etcd.io/raft/v3/raftpb"
 	"google.golang.org/protobuf/proto"
+
+	"github.com/vdl-project/vdl/internal/selfcpu"
 )
 
 // BenchmarkThroughput streams MsgApp messages with one entry of the given
@@ -149,20 +150,11 @@ func BenchmarkTLSAppends(b *testing.B) {
 	a.Send(1, m) // dialed and handshaken before the clock starts
 	wait(func() bool { return recv.Load() == 1 })
 	recv.Store(0)
-	cpu0 := processCPU(b)
+	cpu0 := selfcpu.Used()
 	elapsed := sendWindowed(b, a, m, 16, &recv, wait)
 	mb := float64(b.N) * (1 << 20) / 1e6
 	b.ReportMetric(mb/elapsed.Seconds(), "MB/s")
-	b.ReportMetric((processCPU(b)-cpu0).Seconds()*1e3/mb, "cpu-ms/MB")
-}
-
-// processCPU is the CPU time this process used so far (user and system).
-func processCPU(b *testing.B) time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		b.Fatal(err)
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+	b.ReportMetric((selfcpu.Used()-cpu0).Seconds()*1e3/mb, "cpu-ms/MB")
 }
 
 // sendWindowed sends m from a to node 2 b.N times, at most window not yet
