@@ -27,6 +27,10 @@ func (l *Log) Write(ents []*pb.Entry, hs *pb.HardState) error {
 		return err
 	}
 	prep, err := l.prepare(ents)
+	// The scratch list keeps its room for the next write, not the
+	// caller's bytes: an idle stream's last write would stay in memory,
+	// outside the tail-cache budget (TestWrittenBytesAreNotKeptByTheWriter).
+	defer clear(prep)
 	if err != nil {
 		return err
 	}
@@ -51,7 +55,7 @@ func (l *Log) Write(ents []*pb.Entry, hs *pb.HardState) error {
 }
 
 // prepare validates ents against the log before anything is written.
-func (l *Log) prepare(ents []*pb.Entry) ([]prepEnt, error) {
+func (l *Log) prepare(ents []*pb.Entry) (_ []prepEnt, err error) {
 	if len(ents) == 0 {
 		return nil, nil
 	}
@@ -66,6 +70,11 @@ func (l *Log) prepare(ents []*pb.Entry) ([]prepEnt, error) {
 		return nil, err
 	}
 	prep := l.scrP[:0]
+	defer func() {
+		if err != nil {
+			clear(prep) // a bad entry: the scratch keeps no caller's bytes either
+		}
+	}()
 	for k, e := range ents {
 		if e.GetIndex() != first+uint64(k) {
 			return nil, fmt.Errorf("%w: entry %d has index %d, want %d", ErrBadEntry, k, e.GetIndex(), first+uint64(k))
