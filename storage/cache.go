@@ -46,11 +46,7 @@ func (c *tailCache) add(index uint64, e cacheEnt) {
 		// From 4 entries: an idle stream holds its first few entries for
 		// good, and 64 empty slots were 3.5 KiB of every idle stream's
 		// heap; a busy one doubles its way up within a few writes.
-		ring := make([]cacheEnt, max(4, 2*len(c.ring)))
-		for k := range c.n {
-			ring[k] = *c.at(k)
-		}
-		c.ring, c.head = ring, 0
+		c.resize(max(4, 2*len(c.ring)))
 	}
 	*c.at(c.n) = e
 	c.n++
@@ -91,6 +87,37 @@ func (c *tailCache) popOldest() {
 	c.head = (c.head + 1) & (len(c.ring) - 1)
 	c.n--
 	c.first++
+	c.fit()
+}
+
+// ringRoomMin is the ring size below which fit leaves a ring as it is.
+const ringRoomMin = 64
+
+// fit gives back the ring room the cache no longer needs: all of it when
+// the cache is empty, half of it when it is at most a quarter full (so a
+// ring is never shrunk and grown back by a few entries). The ring grows
+// to the most entries the cache held, one slot each (48 bytes, with a
+// pointer the collector follows): a stream that cached millions of small
+// entries kept a ring of hundreds of MB after the budget had taken every
+// entry out for other streams, outside the budget, for as long as the
+// log lived.
+func (c *tailCache) fit() {
+	switch {
+	case c.n == 0:
+		c.ring, c.head = nil, 0
+	case len(c.ring) > ringRoomMin && c.n <= len(c.ring)/4:
+		c.resize(len(c.ring) / 2)
+	}
+}
+
+// resize moves the entries to a ring of size slots (a power of two, at
+// least c.n).
+func (c *tailCache) resize(size int) {
+	ring := make([]cacheEnt, size)
+	for k := range c.n {
+		ring[k] = *c.at(k)
+	}
+	c.ring, c.head = ring, 0
 }
 
 func (c *tailCache) reset() {
@@ -111,6 +138,7 @@ func (c *tailCache) truncate(index uint64) {
 			*e = cacheEnt{}
 		}
 		c.n = int(keep)
+		c.fit()
 	}
 }
 

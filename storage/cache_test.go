@@ -48,3 +48,35 @@ func TestTailCacheRing(t *testing.T) {
 	require.Zero(t, c.len())
 	require.Zero(t, c.bytes)
 }
+
+// TestTailCacheGivesBackItsRing: the ring shrinks with the entries the
+// cache holds (at most four slots per entry above ringRoomMin) and goes
+// when they all leave: a stream that cached many small entries does not
+// keep their slots once the budget takes them for other streams. Entries
+// survive every resize, in order.
+func TestTailCacheGivesBackItsRing(t *testing.T) {
+	data := make([]byte, 100-cacheEntOverhead)
+	c := tailCache{limit: 1 << 30}
+	const many = 100_000
+	for i := uint64(1); i <= many; i++ {
+		c.add(i, cacheEnt{data: data, base: int64(i)})
+	}
+	require.GreaterOrEqual(t, len(c.ring), many)
+	for c.len() > 10 {
+		c.popOldest() // as the budget evicts
+		require.LessOrEqual(t, len(c.ring), max(ringRoomMin, 4*c.len()))
+	}
+	require.Equal(t, uint64(many-9), c.first)
+	for k := range c.len() {
+		e, ok := c.get(c.first + uint64(k))
+		require.True(t, ok)
+		require.Equal(t, int64(c.first)+int64(k), e.base)
+	}
+	c.truncate(many - 4)
+	require.Equal(t, 5, c.len())
+	c.dropBefore(many + 1)
+	require.Zero(t, c.len())
+	require.Nil(t, c.ring, "an empty cache holds no ring")
+	c.add(many+1, cacheEnt{data: data, base: many + 1})
+	require.Equal(t, 1, c.len())
+}
