@@ -28,8 +28,10 @@ import (
 
 // Errors of an install attempt.
 var (
-	// ErrSnapshotGone: every replica answered that the entries are gone.
-	ErrSnapshotGone = errors.New("raftnode: snapshot entries deleted on every replica")
+	// ErrSnapshotGone: every replica answered that the entries are gone
+	// (or not committed there), or, attempt after attempt, those that
+	// answered did and the others did not answer.
+	ErrSnapshotGone = errors.New("raftnode: snapshot entries deleted on every replica that answers")
 	// ErrSnapshotUnavailable: no replica could serve the entries now.
 	ErrSnapshotUnavailable = errors.New("raftnode: no replica can serve the snapshot entries now")
 )
@@ -61,6 +63,16 @@ type InstallJob struct {
 // installRetryTicks bounds the backoff between attempts, in ticks.
 const installRetryTicks = 20
 
+// installPatience is the attempt from which an install gives up when the
+// entries are gone on a replica and none of the others serves them: a
+// replica that does not answer may be down for good (one that found its
+// disk corrupt stops until an operator acts), and the install waited on
+// it for ever though the leader, asked for a newer snapshot, can serve
+// one (simulator seed 147 with bit flips). Until then, one that does not
+// answer may come back with the entries. Giving up loses nothing: the
+// log keeps what was copied.
+const installPatience = 8
+
 // Run runs one attempt. If it gives up (ErrSnapshotGone), what it wrote is
 // made durable first: the group restarts from the log as it is.
 func (j *InstallJob) Run(fetch EntryFetcher) error {
@@ -90,7 +102,8 @@ func (j *InstallJob) source(fetch EntryFetcher) storage.EntrySource {
 		// gone or behind, nobody will ever serve them, and the install
 		// gives up so that the leader sends a newer snapshot. (Counting
 		// only "gone", two lagging replicas installing the same old
-		// snapshot kept each other retrying for ever: seed 1435.)
+		// snapshot kept each other retrying for ever: seed 1435.) Nor,
+		// after installPatience attempts, when the rest do not answer.
 		gone, behind := 0, 0
 		var errs []error
 		for _, p := range j.Sources {
@@ -111,7 +124,7 @@ func (j *InstallJob) source(fetch EntryFetcher) storage.EntrySource {
 			}
 			errs = append(errs, fmt.Errorf("node %d: %w", p, err))
 		}
-		if gone > 0 && gone+behind == len(j.Sources) {
+		if gone > 0 && (gone+behind == len(j.Sources) || j.Attempt >= installPatience) {
 			return nil, 0, fmt.Errorf("%w: [%d, %d]: %v", ErrSnapshotGone, from, to, errors.Join(errs...))
 		}
 		return nil, 0, fmt.Errorf("%w: [%d, %d]: %v", ErrSnapshotUnavailable, from, to, errors.Join(errs...))
@@ -189,7 +202,7 @@ func (n *Node) Installed(j *InstallJob, err error) {
 		p.last[g] = lastIndex(j.log)
 		p.queue = append(append([]Effect{installed{j.Append}}, waiting...), p.queue...)
 	case errors.Is(err, ErrSnapshotGone):
-		n.log.Warn("snapshot entries are gone everywhere; restarting the group for a fresh snapshot", "group", g, "err", err)
+		n.log.Warn("snapshot entries are gone; restarting the group for a fresh snapshot", "group", g, "err", err)
 		n.restartGroup(g)
 	case errors.Is(err, ErrSnapshotUnavailable), errors.Is(err, storage.ErrDiverged):
 		j.Attempt++
