@@ -69,7 +69,7 @@ func isHello(m *raftpb.Message) bool {
 // elected a leader (a bootstrapped group starts in term 1, and has none to
 // find).
 func (c *Core) hello(g *group) {
-	term := g.rn.BasicStatus().GetTerm()
+	term := c.raw(g).BasicStatus().GetTerm()
 	if c.cfg.NoHello || term <= 1 {
 		return
 	}

@@ -87,7 +87,9 @@ type Config struct {
 	SyncWrites bool
 	// NoQuiesce keeps idle groups ticking and heartbeating (quiesce.go).
 	NoQuiesce bool
-	Logger    raft.Logger
+	// NoHibernate keeps a quiesced follower's RawNode (hibernate.go).
+	NoHibernate bool
+	Logger      raft.Logger
 	// ProducerExpirationMs is how long an idempotent producer's state
 	// outlives its last batch, against the log's clock (its batches'
 	// timestamps); default producers.DefaultExpirationMs (1 day, Kafka's
@@ -252,23 +254,7 @@ func (c *Core) AddGroup(id uint64, st Storage) error {
 		return fmt.Errorf("raftnode: group id %d is the liveness heartbeat's", id)
 	}
 	applied := st.Applied()
-	rn, err := raft.NewRawNode(&raft.Config{
-		ID:                        c.cfg.ID,
-		ElectionTick:              c.cfg.ElectionTick,
-		HeartbeatTick:             c.cfg.HeartbeatTick,
-		Storage:                   st,
-		Applied:                   applied,
-		MaxSizePerMsg:             c.cfg.MaxSizePerMsg,
-		MaxCommittedSizePerReady:  4 * c.cfg.MaxSizePerMsg,
-		MaxInflightMsgs:           c.cfg.MaxInflightMsgs,
-		MaxInflightBytes:          c.cfg.MaxInflightBytes,
-		CheckQuorum:               true,
-		PreVote:                   true,
-		AsyncStorageWrites:        !c.cfg.SyncWrites,
-		DisableProposalForwarding: true,
-		StepDownOnRemoval:         true,
-		Logger:                    c.cfg.Logger,
-	})
+	rn, err := c.newRawNode(st, applied)
 	if err != nil {
 		return fmt.Errorf("raftnode: group %d: %w", id, err)
 	}
@@ -290,6 +276,27 @@ func (c *Core) AddGroup(id uint64, st Storage) error {
 	c.drain(g)
 	c.hello(g)
 	return nil
+}
+
+// newRawNode starts a group's raft on its log, applied up to applied.
+func (c *Core) newRawNode(st Storage, applied uint64) (*raft.RawNode, error) {
+	return raft.NewRawNode(&raft.Config{
+		ID:                        c.cfg.ID,
+		ElectionTick:              c.cfg.ElectionTick,
+		HeartbeatTick:             c.cfg.HeartbeatTick,
+		Storage:                   st,
+		Applied:                   applied,
+		MaxSizePerMsg:             c.cfg.MaxSizePerMsg,
+		MaxCommittedSizePerReady:  4 * c.cfg.MaxSizePerMsg,
+		MaxInflightMsgs:           c.cfg.MaxInflightMsgs,
+		MaxInflightBytes:          c.cfg.MaxInflightBytes,
+		CheckQuorum:               true,
+		PreVote:                   true,
+		AsyncStorageWrites:        !c.cfg.SyncWrites,
+		DisableProposalForwarding: true,
+		StepDownOnRemoval:         true,
+		Logger:                    c.cfg.Logger,
+	})
 }
 
 // appliedView is what a group had applied when it started here: the
@@ -349,7 +356,7 @@ func (c *Core) members(group uint64) []uint64 {
 	if !ok {
 		return nil
 	}
-	cfg := g.rn.Status().Config
+	cfg := c.raw(g).Status().Config
 	var ids []uint64
 	for id := range cfg.Voters.IDs() {
 		ids = append(ids, id)

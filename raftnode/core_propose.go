@@ -119,7 +119,7 @@ func (c *Core) proposeQueued(g *group) {
 // transfer's end in the queue: stepped in order if the leader stays, all
 // refused if it goes.
 func (c *Core) transferring(g *group) bool {
-	return g.role == raft.StateLeader && g.rn.BasicStatus().LeadTransferee != 0
+	return g.role == raft.StateLeader && c.raw(g).BasicStatus().LeadTransferee != 0
 }
 
 // refuseQueued answers proposals that never went into raft: not the
@@ -151,12 +151,12 @@ func (c *Core) proposeNow(g *group, qs []queuedProposal) {
 	ents, parts := mergeProposals(qs)
 	// One message for all: raft appends them together and sends one
 	// append per follower. It takes all or none.
-	if err := g.rn.Step(&raftpb.Message{Type: raftpb.MsgProp.Enum(), From: new(c.cfg.ID), Entries: ents}); err != nil {
+	if err := c.raw(g).Step(&raftpb.Message{Type: raftpb.MsgProp.Enum(), From: new(c.cfg.ID), Entries: ents}); err != nil {
 		c.refuseQueued(g, qs)
 		c.drain(g)
 		return
 	}
-	rd := g.rn.Ready()
+	rd := c.raw(g).Ready()
 	appended := rd.Entries
 	if !c.cfg.SyncWrites {
 		appended = nil

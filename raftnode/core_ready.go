@@ -31,7 +31,7 @@ func (c *Core) AppendDone(group uint64, m *raftpb.Message) {
 		g.waiting = nil
 		c.sendAll(g, rd.Messages)
 		c.apply(g, rd.CommittedEntries)
-		g.rn.Advance(*rd)
+		c.raw(g).Advance(*rd)
 		if len(g.queued) > 0 && !c.transferring(g) {
 			qs := g.queued
 			g.queued = nil
@@ -46,7 +46,7 @@ func (c *Core) AppendDone(group uint64, m *raftpb.Message) {
 	}
 	for _, r := range m.GetResponses() {
 		if r.GetTo() == c.cfg.ID {
-			_ = g.rn.Step(r)
+			_ = c.raw(g).Step(r)
 		} else {
 			c.emit(Send{Group: g.id, Msg: r})
 		}
@@ -118,8 +118,8 @@ func (c *Core) drain(g *group) {
 	if q := c.q.quiet[g.id]; q != nil {
 		q.status = nil // stepped or woken: its status may change
 	}
-	for g.waiting == nil && g.rn.HasReady() {
-		c.handleReady(g, g.rn.Ready())
+	for g.waiting == nil && c.raw(g).HasReady() {
+		c.handleReady(g, c.raw(g).Ready())
 	}
 }
 
@@ -150,7 +150,7 @@ func (c *Core) handleReady(g *group, rd raft.Ready) {
 		case raft.LocalApplyThread:
 			c.apply(g, m.GetEntries())
 			for _, r := range m.GetResponses() {
-				_ = g.rn.Step(r)
+				_ = c.raw(g).Step(r)
 			}
 		default:
 			c.emit(Send{Group: g.id, Msg: m})
@@ -164,7 +164,7 @@ func (c *Core) handleSyncReady(g *group, rd raft.Ready) {
 	if !needWrite {
 		c.sendAll(g, rd.Messages)
 		c.apply(g, rd.CommittedEntries)
-		g.rn.Advance(rd)
+		c.raw(g).Advance(rd)
 		return
 	}
 	m := &raftpb.Message{Type: raftpb.MsgStorageAppend.Enum(), To: new(raft.LocalAppendThread), From: new(c.cfg.ID), Entries: rd.Entries}
@@ -182,7 +182,7 @@ func (c *Core) handleSyncReady(g *group, rd raft.Ready) {
 func (c *Core) sendAll(g *group, msgs []*raftpb.Message) {
 	for _, m := range msgs {
 		if m.GetTo() == c.cfg.ID {
-			_ = g.rn.Step(m)
+			_ = c.raw(g).Step(m)
 			continue
 		}
 		c.emit(Send{Group: g.id, Msg: m})
@@ -212,5 +212,5 @@ func (c *Core) noteSoftState(g *group, ss *raft.SoftState) {
 		g.ahead = false
 	}
 	g.lead = ss.Lead
-	c.emit(LeaderChanged{Group: g.id, Leader: ss.Lead, Term: g.rn.BasicStatus().GetTerm(), Role: ss.RaftState.String()})
+	c.emit(LeaderChanged{Group: g.id, Leader: ss.Lead, Term: c.raw(g).BasicStatus().GetTerm(), Role: ss.RaftState.String()})
 }

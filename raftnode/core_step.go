@@ -21,7 +21,7 @@ func (c *Core) Tick() {
 		g := c.groups[id]
 		g.ticks++
 		if c.mayTick(g) && c.tickSuccession(g) {
-			g.rn.Tick()
+			c.raw(g).Tick()
 			c.drain(g)
 		}
 	}
@@ -73,7 +73,7 @@ func (c *Core) Step(group uint64, m *raftpb.Message) {
 	succeed := c.succeedOnPreVote(g, m)
 	c.wake(g)
 	succeed()
-	_ = g.rn.Step(m) // peer-not-found and stale messages are dropped, as raft intends
+	_ = c.raw(g).Step(m) // peer-not-found and stale messages are dropped, as raft intends
 	c.drain(g)
 }
 
@@ -146,7 +146,7 @@ func (c *Core) ReadIndex(group uint64, id ProposalID) {
 	var ctx [8]byte
 	binary.BigEndian.PutUint64(ctx[:], uint64(id))
 	g.reads = append(g.reads, id)
-	g.rn.ReadIndex(ctx[:])
+	c.raw(g).ReadIndex(ctx[:])
 	c.drain(g)
 }
 
@@ -154,7 +154,7 @@ func (c *Core) ReadIndex(group uint64, id ProposalID) {
 func (c *Core) TransferLeader(group, to uint64) {
 	if g, ok := c.groups[group]; ok {
 		c.wake(g)
-		g.rn.TransferLeader(to)
+		c.raw(g).TransferLeader(to)
 		c.drain(g)
 	}
 }
@@ -163,7 +163,7 @@ func (c *Core) TransferLeader(group, to uint64) {
 func (c *Core) Campaign(group uint64) {
 	if g, ok := c.groups[group]; ok {
 		c.wake(g)
-		_ = g.rn.Campaign()
+		_ = c.raw(g).Campaign()
 		c.drain(g)
 	}
 }
@@ -183,7 +183,7 @@ func (c *Core) ReportUnreachable(group, peer uint64) {
 			return
 		}
 		c.wake(g)
-		g.rn.ReportUnreachable(peer)
+		c.raw(g).ReportUnreachable(peer)
 		c.drain(g)
 	}
 }
@@ -196,7 +196,7 @@ func (c *Core) ReportSnapshot(group, peer uint64, ok bool) {
 			st = raft.SnapshotFailure
 		}
 		c.wake(g)
-		g.rn.ReportSnapshot(peer, st)
+		c.raw(g).ReportSnapshot(peer, st)
 		c.drain(g)
 	}
 }

@@ -174,7 +174,7 @@ func (g *group) assertOffsetsCounted(idx uint64, ps []pending, term uint64, base
 }
 
 func (c *Core) applyConfChange(g *group, idx uint64, cc raftpb.ConfChangeI) {
-	cs := g.rn.ApplyConfChange(cc)
+	cs := c.raw(g).ApplyConfChange(cc)
 	c.emit(SaveConfState{Group: g.id, Index: idx, Conf: cs, Context: cc.AsV2().GetContext()})
 }
 

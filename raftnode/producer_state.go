@@ -344,7 +344,7 @@ func (c *Core) refuseConfirmed(g *group, id ProposalID, err error) {
 	var ctx [8]byte
 	binary.BigEndian.PutUint64(ctx[:], uint64(id))
 	g.reads = append(g.reads, id)
-	g.rn.ReadIndex(ctx[:])
+	c.raw(g).ReadIndex(ctx[:])
 	c.drain(g) // the round's heartbeats go out now
 }
 

@@ -90,11 +90,14 @@ type quiescence struct {
 	// probeAt the tick the next pass starts.
 	probeNext int
 	probeAt   uint64
+	// drowsy are the quiesced followers that have a RawNode, to drop at
+	// the next tick (hibernate.go).
+	drowsy map[uint64]struct{}
 }
 
 func newQuiescence() quiescence {
 	return quiescence{quiet: map[uint64]*quietGroup{}, idle: map[uint64]int{}, peers: map[uint64]int{},
-		heard: map[uint64]uint64{}, expired: map[uint64]bool{}}
+		heard: map[uint64]uint64{}, expired: map[uint64]bool{}, drowsy: map[uint64]struct{}{}}
 }
 
 // Quiesced reports whether the group is quiesced (tests, status).
@@ -164,6 +167,7 @@ func (c *Core) tickQuiescence() {
 		c.q.expired[p] = true
 		c.wakePeer(p)
 	}
+	c.hibernateDrowsy()
 	if c.cfg.NoQuiesce {
 		return
 	}
@@ -262,7 +266,7 @@ func (c *Core) probeDead() {
 // thousands.
 func (c *Core) sleepWithout(g *group, q *quietGroup, peer uint64) bool {
 	voters, live, voter := 0, 0, false
-	g.rn.WithProgress(func(id uint64, typ raft.ProgressType, _ tracker.Progress) {
+	c.raw(g).WithProgress(func(id uint64, typ raft.ProgressType, _ tracker.Progress) {
 		if typ != raft.ProgressTypePeer {
 			return
 		}
@@ -316,7 +320,7 @@ func (c *Core) idleLeader(g *group) bool {
 	if len(g.queued) > 0 || len(g.pending) > 0 || len(g.reads) > 0 || g.appending > 0 || g.waiting != nil {
 		return false
 	}
-	bs := g.rn.BasicStatus()
+	bs := c.raw(g).BasicStatus()
 	if bs.LeadTransferee != 0 || bs.GetCommit() != g.applied {
 		return false
 	}
@@ -329,7 +333,7 @@ func (c *Core) idleLeader(g *group) bool {
 	}
 	idle := true
 	voters, live := 0, 0
-	g.rn.WithProgress(func(id uint64, typ raft.ProgressType, pr tracker.Progress) {
+	c.raw(g).WithProgress(func(id uint64, typ raft.ProgressType, pr tracker.Progress) {
 		voter := typ == raft.ProgressTypePeer
 		if voter {
 			voters++
@@ -371,9 +375,9 @@ func (c *Core) silent(g *group, id uint64) bool {
 
 // quiesceLeader quiesces a led group and tells its followers.
 func (c *Core) quiesceLeader(g *group) {
-	bs := g.rn.BasicStatus()
+	bs := c.raw(g).BasicStatus()
 	var peers, dead []uint64
-	g.rn.WithProgress(func(id uint64, _ raft.ProgressType, _ tracker.Progress) { // in id order
+	c.raw(g).WithProgress(func(id uint64, _ raft.ProgressType, _ tracker.Progress) { // in id order
 		switch {
 		case id == c.cfg.ID:
 		case c.silent(g, id):
@@ -397,6 +401,9 @@ func (c *Core) quiesce(g *group, q *quietGroup, heard func(peer uint64) uint64) 
 	q.at = c.q.ticks
 	c.q.quiet[g.id] = q
 	c.awake = nil
+	if !q.leader {
+		c.q.drowsy[g.id] = struct{}{}
+	}
 	var back []uint64
 	for _, p := range q.peers {
 		untracked := c.q.peers[p] == 0
@@ -448,7 +455,7 @@ func (c *Core) stepQuiesce(g *group, m *raftpb.Message) {
 		}
 	}
 	hb := &raftpb.Message{Type: m.Type, From: m.From, To: m.To, Term: m.Term, Commit: m.Commit}
-	_ = g.rn.Step(hb)
+	_ = c.raw(g).Step(hb)
 	c.drain(g)
 }
 
@@ -459,7 +466,7 @@ func (c *Core) agrees(g *group, m *raftpb.Message) bool {
 	if g.role != raft.StateFollower || g.lead != m.GetFrom() || g.appending > 0 || g.waiting != nil || len(g.reads) > 0 {
 		return false
 	}
-	bs := g.rn.BasicStatus()
+	bs := c.raw(g).BasicStatus()
 	last, err := g.st.LastIndex()
 	return err == nil && bs.GetTerm() == m.GetTerm() && bs.GetCommit() == m.GetCommit() && last == m.GetIndex() && g.applied == bs.GetCommit()
 }
@@ -478,6 +485,7 @@ func (c *Core) wake(g *group) {
 	if q == nil {
 		return
 	}
+	c.raw(g) // rebuilt while the group is still quiesced
 	c.syncTicks(g)
 	// While it slept its replicas' liveness heartbeats stood for their
 	// answers: a woken group has heard from them as recently as those.
@@ -502,14 +510,24 @@ func (c *Core) wake(g *group) {
 		c.unpeer(p)
 	}
 	for range silent {
-		g.rn.Tick()
+		c.raw(g).Tick()
 	}
 	c.drain(g)
 }
 
 // forgetQuiet drops a removed group's quiescence state.
 func (c *Core) forgetQuiet(id uint64) {
-	if g := c.groups[id]; g != nil {
+	delete(c.q.drowsy, id)
+	switch g, q := c.groups[id], c.q.quiet[id]; {
+	case g != nil && q != nil && g.rn == nil:
+		// Hibernating: its raft is not rebuilt to be dropped (its log may
+		// be closing).
+		for _, p := range q.peers {
+			c.unpeer(p)
+		}
+		delete(c.q.quiet, id)
+		c.awake = nil
+	case g != nil:
 		c.wake(g)
 	}
 	delete(c.q.idle, id)
@@ -534,7 +552,7 @@ func (n *Node) Quiesced(group uint64) bool { return n.err == nil && n.core.Quies
 // its group no longer idle after all wakes.
 func (c *Core) stepQuiet(g *group, m *raftpb.Message) bool {
 	q := c.q.quiet[g.id]
-	if q == nil || m.GetTerm() != g.rn.BasicStatus().GetTerm() || slices.Contains(q.dead, m.GetFrom()) {
+	if q == nil || m.GetTerm() != c.raw(g).BasicStatus().GetTerm() || slices.Contains(q.dead, m.GetFrom()) {
 		return false // a replica it slept without is back: wake and catch it up
 	}
 	switch t := m.GetType(); {
@@ -544,7 +562,7 @@ func (c *Core) stepQuiet(g *group, m *raftpb.Message) bool {
 		return false
 	}
 	q.status = nil
-	_ = g.rn.Step(m)
+	_ = c.raw(g).Step(m)
 	c.drain(g)
 	if q.leader && !c.idleLeader(g) {
 		c.wake(g)

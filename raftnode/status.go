@@ -59,7 +59,7 @@ func (c *Core) Status(group uint64) (GroupStatus, bool) {
 // configuration: a few microseconds a group).
 func (c *Core) status(g *group) GroupStatus {
 	c.syncTicks(g)
-	st := g.rn.Status()
+	st := c.raw(g).Status()
 	s := GroupStatus{
 		Group:         g.id,
 		Leader:        st.Lead,

@@ -58,7 +58,7 @@ func (c *Core) succeed(g *group, leader, silent uint64) {
 	if g.role != raft.StateFollower || g.lead != leader || g.succ != nil {
 		return
 	}
-	first := firstSuccessor(g, leader)
+	first := firstSuccessor(c.raw(g), leader)
 	et := uint64(c.cfg.ElectionTick)
 	at := g.ticks + et - min(silent, et)
 	g.succ = &succession{from: leader, at: at, hold: at + successionHold*et, first: first == c.cfg.ID, firstID: first}
@@ -75,9 +75,9 @@ func (c *Core) succeedAwake(g *group, peer uint64) {
 
 // firstSuccessor is the first voter of the group in id order other than
 // leader.
-func firstSuccessor(g *group, leader uint64) uint64 {
+func firstSuccessor(rn *raft.RawNode, leader uint64) uint64 {
 	first := uint64(0)
-	g.rn.WithProgress(func(id uint64, typ raft.ProgressType, _ tracker.Progress) { // in id order
+	rn.WithProgress(func(id uint64, typ raft.ProgressType, _ tracker.Progress) { // in id order
 		if typ == raft.ProgressTypePeer && id != leader && first == 0 {
 			first = id
 		}
@@ -136,7 +136,7 @@ func (c *Core) upToDate(g *group, m *raftpb.Message) bool {
 // before the wake.
 func (c *Core) succeedOnPreVote(g *group, m *raftpb.Message) func() {
 	q := c.q.quiet[g.id]
-	if q == nil || q.leader || m.GetType() != raftpb.MsgPreVote || m.GetFrom() != firstSuccessor(g, q.lead) {
+	if q == nil || q.leader || m.GetType() != raftpb.MsgPreVote || m.GetFrom() != firstSuccessor(c.raw(g), q.lead) {
 		return func() {}
 	}
 	h, ok := c.q.heard[q.lead]
@@ -166,7 +166,7 @@ func (c *Core) tickSuccession(g *group) bool {
 		return true // past the pre-vote: the election runs to its end
 	case (g.ticks-s.at)%successionRetry != 0:
 	case g.role == raft.StatePreCandidate || !c.atBound():
-		_ = g.rn.Campaign() // again, for a pre-candidate: its pre-votes may have come before the others' leases ended
+		_ = c.raw(g).Campaign() // again, for a pre-candidate: its pre-votes may have come before the others' leases ended
 		c.drain(g)
 	}
 	return false
