@@ -65,6 +65,19 @@ func (cs *chains) settle(c Complete) {
 	}
 }
 
+// breakOf fails the chain of proposal id, whose outcome is still to come:
+// what the chain proposes next is refused.
+func (cs *chains) breakOf(id ProposalID) {
+	chain, ok := cs.of[id]
+	if !ok {
+		return
+	}
+	if cs.failed == nil {
+		cs.failed = map[Chain]struct{}{}
+	}
+	cs.failed[chain] = struct{}{}
+}
+
 // end forgets a chain whose connection closed, its proposals still in
 // flight included: no proposal of it comes after (the connection's loop
 // submitted them all before it closed), and a failure of one of them,

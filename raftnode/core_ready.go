@@ -205,6 +205,18 @@ func (c *Core) noteSoftState(g *group, ss *raft.SoftState) {
 		qs := g.queued
 		g.queued = nil
 		c.refuseQueued(g, qs)
+		// Proposals stepped into raft in the term that is going may yet be
+		// overwritten, and the next of their connection would go into a
+		// later term, which this server may lead too: written after a hole
+		// (simulator seed 33436 with the control plane: a connection's
+		// produce stepped in term 15 and overwritten by term 17's leader,
+		// its next one taken by the same server leading term 18). Their
+		// chains refuse what they propose next.
+		for _, ps := range g.pending {
+			for _, p := range ps {
+				c.chains.breakOf(p.id)
+			}
+		}
 	}
 	c.noteRole(g, ss.RaftState)
 	if ss.Lead != g.lead {

@@ -52,3 +52,47 @@ func TestQueuedProposalsGoWithTheTerm(t *testing.T) {
 	}
 	require.GreaterOrEqual(t, refused, 3, "the queued proposals are answered when the leadership goes")
 }
+
+// A connection's proposal stepped into raft outlives its leader's term
+// undecided: a new leader may overwrite it. If the same server leads again,
+// the connection's next proposal goes into the new term, behind the hole
+// (simulator seed 33436 with the control plane: a produce stepped in term
+// 15 and overwritten by term 17's leader, the next one of its connection
+// written in term 18). So a leadership that goes fails the chains of its
+// undecided proposals: their next proposal is refused, whoever leads.
+func TestSteppedProposalsFailTheirChainWhenTheTermGoes(t *testing.T) {
+	c := newCluster(t, 1, []uint64{1, 2, 3}, []uint64{1}, nil)
+	l := waitLeader(t, c, 1)
+	c.nextID++
+	first := c.nextID
+	l.Raft.ProposeRecords(1, first, raftnode.UserData(batch(1, []byte("a"))), 1, 7)
+	l.Raft.Flush() // stepped: no append in flight yet
+	_, done := c.Results[first]
+	require.False(t, done)
+
+	st, _ := l.Raft.Status(1)
+	l.Raft.Step(1, &raftpb.Message{Type: raftpb.MsgHeartbeat.Enum(), From: new(otherNode(c, l.ID)), To: new(l.ID), Term: new(st.Term + 1)})
+	l.Raft.Flush()
+	l.Raft.Campaign(1) // and it leads again, in a later term
+	l.Raft.Flush()
+	ok, err := c.RunUntil(20000, func() bool { st, _ := l.Raft.Status(1); return st.Role == "StateLeader" })
+	require.NoError(t, err)
+	require.True(t, ok)
+
+	c.nextID++
+	next := c.nextID
+	l.Raft.ProposeRecords(1, next, raftnode.UserData(batch(1, []byte("b"))), 1, 7)
+	l.Raft.Flush()
+	r, done := c.Results[next]
+	require.True(t, done, "refused at once")
+	require.ErrorIs(t, r.Err, raftnode.ErrChainFailed)
+
+	c.nextID++ // another connection's is taken
+	other := c.nextID
+	l.Raft.ProposeRecords(1, other, raftnode.UserData(batch(1, []byte("c"))), 1, 8)
+	l.Raft.Flush()
+	ok, err = c.RunUntil(20000, func() bool { _, done := c.Results[other]; return done })
+	require.NoError(t, err)
+	require.True(t, ok)
+	require.NoError(t, c.Results[other].Err)
+}
