@@ -2,6 +2,7 @@ package memcluster
 
 import (
 	"testing"
+	"testing/cryptotest"
 
 	"github.com/stretchr/testify/require"
 	"go.etcd.io/raft/v3/raftpb"
@@ -61,6 +62,7 @@ func TestQueuedProposalsGoWithTheTerm(t *testing.T) {
 // written in term 18). So a leadership that goes fails the chains of its
 // undecided proposals: their next proposal is refused, whoever leads.
 func TestSteppedProposalsFailTheirChainWhenTheTermGoes(t *testing.T) {
+	cryptotest.SetGlobalRandom(t, 1) // raft draws its election timeouts from crypto/rand
 	c := newCluster(t, 1, []uint64{1, 2, 3}, []uint64{1}, nil)
 	l := waitLeader(t, c, 1)
 	c.nextID++
@@ -73,11 +75,22 @@ func TestSteppedProposalsFailTheirChainWhenTheTermGoes(t *testing.T) {
 	st, _ := l.Raft.Status(1)
 	l.Raft.Step(1, &raftpb.Message{Type: raftpb.MsgHeartbeat.Enum(), From: new(otherNode(c, l.ID)), To: new(l.ID), Term: new(st.Term + 1)})
 	l.Raft.Flush()
-	l.Raft.Campaign(1) // and it leads again, in a later term
+	// It leads again, in a later term: elected, or handed the leadership
+	// by whoever was (its peers may refuse its campaign in their lease).
+	l.Raft.Campaign(1)
 	l.Raft.Flush()
-	ok, err := c.RunUntil(20000, func() bool { st, _ := l.Raft.Status(1); return st.Role == "StateLeader" })
+	ok, err := c.RunUntil(20000, func() bool {
+		switch cur := c.Leader(1); {
+		case cur == l:
+			return true
+		case cur != nil:
+			cur.Raft.TransferLeader(1, l.ID)
+			cur.Raft.Flush()
+		}
+		return false
+	})
 	require.NoError(t, err)
-	require.True(t, ok)
+	require.True(t, ok, "n%d leads again", l.ID)
 
 	c.nextID++
 	next := c.nextID
