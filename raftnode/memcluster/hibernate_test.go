@@ -10,23 +10,11 @@ import (
 	"github.com/vdl-project/vdl/raftnode"
 )
 
-// hibernatingCluster is three nodes with groups 1..groups, settled and
-// quiesced.
-func hibernatingCluster(t *testing.T, seed uint64, groups int, core raftnode.Config) (*Cluster, *scenario) {
+// hibernatingCluster is quiescedCluster of groups 1..groups, seeded,
+// with core's configuration.
+func hibernatingCluster(t *testing.T, seed uint64, groups int, core raftnode.Config) *Cluster {
 	cryptotest.SetGlobalRandom(t, 1)
-	cfg := Config{Seed: seed, Nodes: []uint64{1, 2, 3}, Core: core}
-	for g := uint64(1); g <= uint64(groups); g++ {
-		cfg.Groups = append(cfg.Groups, g)
-	}
-	c, err := New(cfg)
-	require.NoError(t, err)
-	t.Cleanup(c.Close)
-	s := &scenario{c: c}
-	ok, err := c.RunUntil(20000, s.settled)
-	require.NoError(t, err)
-	require.True(t, ok)
-	require.NoError(t, c.Run(60)) // 20 ticks: idle groups quiesce
-	return c, s
+	return quiescedCluster(t, groups, func(cfg *Config) { cfg.Seed, cfg.Core = seed, core })
 }
 
 // TestQuiescedFollowersHibernate: once a group quiesces its followers drop
@@ -34,7 +22,8 @@ func hibernatingCluster(t *testing.T, seed uint64, groups int, core raftnode.Con
 // followers, which take and apply it, and sleep again once idle; the
 // groups around it sleep on throughout.
 func TestQuiescedFollowersHibernate(t *testing.T) {
-	c, s := hibernatingCluster(t, 5, 4, raftnode.Config{})
+	c := hibernatingCluster(t, 5, 4, raftnode.Config{})
+	s := &scenario{c: c}
 	for g := uint64(1); g <= 4; g++ {
 		l := c.Leader(g)
 		for _, n := range c.Nodes() {
@@ -70,7 +59,7 @@ func TestQuiescedFollowersHibernate(t *testing.T) {
 // leader's lease; rebuilt without being told its leader, it would grant
 // it (a replica coming back would depose a live leader).
 func TestHibernatingFollowerKeepsItsLease(t *testing.T) {
-	c, _ := hibernatingCluster(t, 6, 1, raftnode.Config{})
+	c := hibernatingCluster(t, 6, 1, raftnode.Config{})
 	l := c.Leader(1)
 	var fs []*Node
 	for _, n := range c.Nodes() {
@@ -98,7 +87,7 @@ func TestHibernatingFollowerKeepsItsLease(t *testing.T) {
 
 // TestHibernationOffKeepsRawNodes: Config.NoHibernate keeps every RawNode.
 func TestHibernationOffKeepsRawNodes(t *testing.T) {
-	c, _ := hibernatingCluster(t, 7, 2, raftnode.Config{NoHibernate: true})
+	c := hibernatingCluster(t, 7, 2, raftnode.Config{NoHibernate: true})
 	for g := uint64(1); g <= 2; g++ {
 		for _, n := range c.Nodes() {
 			require.True(t, n.Raft.Quiesced(g))
