@@ -43,7 +43,8 @@ type group struct {
 	ticks uint64
 	heard map[uint64]uint64
 
-	prod *prodState // idempotent producers (producer_state.go)
+	prod  *prodState // idempotent producers (producer_state.go)
+	stamp stamper    // a leader's stamps of its proposals (stamp.go)
 
 	succ *succession // its place in the succession of a silent leader (succession.go)
 	// ahead: as a follower that knows no leader, it refused a campaign
@@ -84,6 +85,7 @@ func (c *Core) apply(g *group, ents []*raftpb.Entry) {
 			continue // replayed after a restart: already applied
 		}
 		g.assertAppliesNext(idx)
+		c.noteApplied(g, e)
 		var base, next int64
 		var err error
 		c.applyProducers(g, e, c.entryBase(g, e))

@@ -53,12 +53,13 @@ func parseBatches(data []byte) (batchInfo, error) {
 	return info, nil
 }
 
-// stampBatches writes each batch's baseOffset, starting at base, and its
+// StampBatches writes each batch's baseOffset, starting at base, and its
 // partitionLeaderEpoch: the entry's Raft term, the stream's leader epoch
 // (docs/kafka.md "Leader epochs"). Every replica stamps the same values
 // (the term travels with the entry), and neither field is under the
-// batch's CRC. data was validated by parseBatches.
-func stampBatches(data []byte, base int64, term uint64) {
+// batch's CRC. data was validated by parseBatches (or built whole by the
+// caller: a leader stamps what it proposes, raftnode/stamp.go).
+func StampBatches(data []byte, base int64, term uint64) {
 	epoch := batchfmt.EpochOfTerm(term)
 	for p := 0; p < len(data); {
 		batchfmt.SetBaseOffset(data[p:], base)
@@ -66,6 +67,21 @@ func stampBatches(data []byte, base int64, term uint64) {
 		base += int64(batchfmt.LastOffsetDelta(data[p:])) + 1
 		p += batchfmt.LengthOverhead + int(batchfmt.BatchLength(data[p:]))
 	}
+}
+
+// stamped says whether data's batches carry the stamps StampBatches would
+// write, from base in term: then they are stored as they are, uncopied
+// (chunkMem.borrow). data was validated by parseBatches.
+func stamped(data []byte, base int64, term uint64) bool {
+	epoch := batchfmt.EpochOfTerm(term)
+	for p := 0; p < len(data); {
+		if batchfmt.BaseOffset(data[p:]) != base || batchfmt.LeaderEpoch(data[p:]) != epoch {
+			return false
+		}
+		base += int64(batchfmt.LastOffsetDelta(data[p:])) + 1
+		p += batchfmt.LengthOverhead + int(batchfmt.BatchLength(data[p:]))
+	}
+	return true
 }
 
 // UserOffsets checks that data is a user entry payload (TagUser followed

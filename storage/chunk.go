@@ -1,6 +1,10 @@
 package storage
 
-import "bytes"
+import (
+	"bytes"
+
+	pb "go.etcd.io/raft/v3/raftpb"
+)
 
 // chunkMem is the memory of one write's records, in file order, as the
 // pieces vfs.WriteAtv writes. A record with a payload of ownPieceMin bytes
@@ -9,7 +13,11 @@ import "bytes"
 // that append grows (under produce, zeroing the fresh 1 MiB chunk of every
 // write took 5% of a leader's CPU and 8% of a follower's). Smaller records
 // share one made buffer, each run of them between large ones one piece.
-// The tail cache keeps slices of the pieces: they are never reused.
+// A user record whose batches carry their stamps already (a leader stamps
+// what it proposes: raftnode/stamp.go) is not copied at all: its payload
+// is the entry's own bytes (borrow). The tail cache keeps slices of the
+// pieces: they are never reused, and an entry's bytes are never changed
+// once written.
 type chunkMem struct {
 	pieces [][]byte
 	small  []byte // the small records' buffer; used: its first bytes
@@ -42,6 +50,46 @@ func (c *chunkMem) own(payload []byte, sz int) []byte {
 	rec = rec[:sz:sz] // beyond what append copied, Go zeroed
 	c.pieces, c.inRun = append(c.pieces, rec), false
 	return rec
+}
+
+// borrow adds a record whose payload is the caller's, uncopied: data is
+// the entry's bytes, its tag then the payload, and the tag is the header's
+// last byte, so the record is hdr (the header's other bytes) and the
+// padding from the shared buffer around data itself. sz is the record's
+// size (recSize of the payload).
+func (c *chunkMem) borrow(hdr, data []byte, sz int) {
+	copy(c.shared(recHeaderSize-1), hdr)
+	c.pieces, c.inRun = append(c.pieces, data), false
+	if pad := sz - (recHeaderSize - 1) - len(data); pad > 0 {
+		c.shared(pad) // zeroed
+	}
+}
+
+// planChunk decides which of items [i, j) of a write are borrowed (user
+// records of ownPieceMin bytes or more whose batches carry the stamps the
+// storage would write, from next on) and returns the bytes the shared
+// buffer needs: small records whole, the headers and padding of borrowed
+// ones. Item len(prep) is the state record.
+func planChunk(ents []*pb.Entry, prep []prepEnt, i, j int, next int64) (smallBytes int) {
+	for k := i; k < j; k++ {
+		if k == len(prep) {
+			smallBytes += int(recSize(stateSize))
+			continue
+		}
+		p := &prep[k]
+		n := len(p.payload)
+		p.borrow = p.typ == recUser && ownsPiece(n) && stamped(p.payload, next, ents[k].GetTerm())
+		switch {
+		case p.borrow:
+			smallBytes += int(recSize(n)) - 1 - n
+		case !ownsPiece(n):
+			smallBytes += int(recSize(n))
+		}
+		if p.typ == recUser {
+			next += int64(p.info.offsets)
+		}
+	}
+	return smallBytes
 }
 
 // shared returns the next record, of sz zeroed bytes of the shared buffer.

@@ -309,7 +309,7 @@ func unstamp(e *pb.Entry) []byte {
 		return d
 	}
 	c := bytes.Clone(d)
-	stampBatches(c[1:], 0, 0)
+	StampBatches(c[1:], 0, 0)
 	for p := 1; p < len(c); {
 		le := int(int32(be.Uint32(c[p+batchfmt.OffBatchLength:])))
 		be.PutUint64(c[p:], 0)

@@ -155,7 +155,7 @@ func FuzzRecordDecode(f *testing.F) {
 		_, _ = decodeMeta(b)
 		if info, err := parseBatches(b); err == nil {
 			c := append([]byte(nil), b...)
-			stampBatches(c, 100, 7)
+			StampBatches(c, 100, 7)
 			if info2, err := parseBatches(c); err != nil || info2 != info {
 				t.Fatalf("stamping changed the batches: %v", err)
 			}

@@ -76,11 +76,11 @@ func TestWriteSyncReadBack(t *testing.T) {
 		for i, e := range got {
 			want := proto.Clone(ents[i]).(*pb.Entry)
 			if i == 1 { // stamped offset and leader epoch (the term)
-				stampBatches(want.Data[1:], 0, want.GetTerm())
+				StampBatches(want.Data[1:], 0, want.GetTerm())
 			}
 			if i == 5 { // stamped offsets: entry 2 took 0..2, entry 6 takes 3..4 and 5..8
 				require.Equal(t, []int64{3, 5}, stampedBaseOffsets(e.Data[1:]))
-				stampBatches(want.Data[1:], 3, want.GetTerm())
+				StampBatches(want.Data[1:], 3, want.GetTerm())
 			}
 			require.True(t, proto.Equal(want, e), "entry %d: %v vs %v", i+1, want, e)
 		}

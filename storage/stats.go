@@ -8,6 +8,7 @@ import "sync/atomic"
 // included).
 type Stats struct {
 	BytesWritten  int64 // record bytes written to segment files
+	BytesBorrowed int64 // of which user payload written from the entries' own bytes, uncopied (chunkMem.borrow)
 	CacheHits     int64 // reads served from the tail cache
 	CacheMisses   int64 // reads that went to the segment files
 	DiskReadBytes int64 // bytes read from segment files by reads
@@ -15,7 +16,7 @@ type Stats struct {
 }
 
 type stats struct {
-	written, hits, misses, diskRead atomic.Int64
+	written, borrowed, hits, misses, diskRead atomic.Int64
 }
 
 // Stats returns the log's counters.
@@ -23,6 +24,6 @@ func (l *Log) Stats() Stats {
 	l.mu.RLock()
 	segs := len(l.segs)
 	l.mu.RUnlock()
-	return Stats{BytesWritten: l.stats.written.Load(), CacheHits: l.stats.hits.Load(), CacheMisses: l.stats.misses.Load(),
+	return Stats{BytesWritten: l.stats.written.Load(), BytesBorrowed: l.stats.borrowed.Load(), CacheHits: l.stats.hits.Load(), CacheMisses: l.stats.misses.Load(),
 		DiskReadBytes: l.stats.diskRead.Load(), Segments: segs}
 }

@@ -16,10 +16,14 @@ type prepEnt struct {
 	typ, flags uint8
 	payload    []byte // the caller's bytes; copied (and stamped) into the write buffer
 	info       batchInfo
+	borrow     bool // written and cached as the caller's bytes, uncopied (planChunk)
 }
 
 // Write appends ents (truncating a conflicting suffix first) and records
-// hs if it is not empty. Nothing is durable until Sync.
+// hs if it is not empty. Nothing is durable until Sync. A user entry whose
+// batches carry their stamps already is kept as it is, uncopied (the tail
+// cache serves its bytes): the caller never changes an entry's Data after
+// writing it (raft's entries are never changed once made).
 func (l *Log) Write(ents []*pb.Entry, hs *pb.HardState) error {
 	l.wmu.Lock()
 	defer l.wmu.Unlock()
@@ -235,20 +239,12 @@ func (l *Log) writeChunk(act *segment, ents []*pb.Entry, prep []prepEnt, stp *st
 	l.assertActiveEnd(act, "before a write")
 	l.writes++
 	start := act.end
-	smallBytes := 0
-	for k := i; k < j; k++ {
-		if k == len(prep) {
-			smallBytes += int(recSize(stateSize))
-		} else if n := len(prep[k].payload); !ownsPiece(n) {
-			smallBytes += int(recSize(n))
-		}
-	}
-	mem := newChunkMem(smallBytes)
+	mem := newChunkMem(planChunk(ents, prep, i, j, act.endOffset))
 	last, lastTerm, lastCRC := act.last, act.lastTerm, act.lastCRC
 	next, maxTs := act.endOffset, act.maxTs
 	rs, ls, cs := l.scrR[:0], l.scrL[:0], l.scrC[:0]
 	var st state
-	o := 0
+	o, borrowed := 0, int64(0)
 	for k := i; k < j; k++ {
 		if k == len(prep) { // the state record
 			rec := mem.shared(int(recSize(stateSize)))
@@ -270,26 +266,40 @@ func (l *Log) writeChunk(act *segment, ents []*pb.Entry, prep []prepEnt, stp *st
 		if p.typ == recUser {
 			h.tag, h.count = TagUser, uint32(p.info.offsets)
 		}
-		var rec []byte
-		if ownsPiece(n) {
+		var rec, data []byte // data: the tag and the payload, for the tail cache
+		switch {
+		case p.borrow:
+			var hdr [recHeaderSize]byte
+			rec, data = hdr[:], e.Data[:1+n:1+n]
+		case ownsPiece(n):
 			rec = mem.own(p.payload, int(recSize(n)))
-		} else {
+		default:
 			rec = mem.shared(int(recSize(n)))
 			copy(rec[recHeaderSize:], p.payload)
 		}
 		h.encode(rec)
-		payload := rec[recHeaderSize : recHeaderSize+n : recHeaderSize+n]
+		if !p.borrow {
+			data = rec[recHeaderSize-1 : recHeaderSize+n : recHeaderSize+n]
+		}
+		payload := data[1:]
 		ce := cacheEnt{term: h.term, base: next, next: next + int64(h.count), typ: p.typ, flags: p.flags}
 		if p.typ == recUser {
-			stampBatches(payload, next, h.term) // our copy, never the caller's
+			if !p.borrow {
+				StampBatches(payload, next, h.term) // our copy, never the caller's
+			}
 			maxTs = max(maxTs, p.info.maxTs)
 			ls = append(ls, lidxEnt{base: next, next: ce.next, pos: start + int64(o) + recHeaderSize,
 				index: h.index, maxTs: maxTs, length: uint32(n)})
-			ce.data = rec[recHeaderSize-1 : recHeaderSize+n : recHeaderSize+n]
+			ce.data = data
 		} else if p.flags&flagDataSet != 0 {
 			ce.data = payload
 		}
-		lastCRC = sealRecord(l.stream, rec, n)
+		lastCRC = recordCRC(l.stream, rec, payload)
+		le.PutUint32(rec, lastCRC)
+		if p.borrow {
+			mem.borrow(rec[:recHeaderSize-1], data, int(recSize(n)))
+			borrowed += int64(n)
+		}
 		rs = append(rs, ridxEnt{pos: start + int64(o), term: h.term, base: next, count: h.count, length: uint32(n)})
 		cs = append(cs, ce)
 		last, lastTerm, next = h.index, h.term, ce.next
@@ -323,6 +333,7 @@ func (l *Log) writeChunk(act *segment, ents []*pb.Entry, prep []prepEnt, stp *st
 		return err
 	}
 	l.stats.written.Add(end - start)
+	l.stats.borrowed.Add(borrowed)
 	failpoint.Inject("afterWrite", func(val failpoint.Value) {
 		failpoints.Hit("storage/afterWrite")
 		failpoints.CrashOn(val)

@@ -69,6 +69,9 @@ func LastOffsetDelta(b []byte) int32 { return int32(be.Uint32(b[OffLastOffsetDel
 // MaxTimestamp is the maxTimestamp field of the batch at the start of b.
 func MaxTimestamp(b []byte) int64 { return int64(be.Uint64(b[OffMaxTimestamp:])) }
 
+// BaseOffset is the baseOffset field of the batch at the start of b.
+func BaseOffset(b []byte) int64 { return int64(be.Uint64(b[OffBaseOffset:])) }
+
 // SetBaseOffset stamps the baseOffset of the batch at the start of b.
 func SetBaseOffset(b []byte, base int64) { be.PutUint64(b[OffBaseOffset:], uint64(base)) }
 
