@@ -15,14 +15,13 @@ import (
 // its term its log only grows, from where the term's first entry (the
 // empty one raft appends on election) ends, and each entry takes the
 // offsets of its batches. So it stamps raft's copy of each proposal (raft
-// clones every proposal it appends, so these are raft's bytes, not the
+// clones every proposal it appends: these are raft's bytes, not the
 // proposer's) before anyone else sees it, followers receive the entries
-// stamped, and no
-// replica copies a produced byte into its storage again (a copy and an
-// allocation of every byte, on every replica). The stamps are a hint: the
-// storage checks them against its own count and stamps a copy when they
-// differ (proposals stepped before the leader learnt where its term
-// starts, which is once that first entry is applied).
+// stamped, and no replica copies a produced byte into its storage again
+// (a copy and an allocation of every byte, on every replica). The stamps
+// are a hint: the storage checks them against its own count and stamps a
+// copy when they differ (proposals stepped before the leader learnt where
+// its term starts, which is once that first entry is applied).
 type stamper struct {
 	startTerm uint64 // the term whose first entry ends at start
 	start     int64
