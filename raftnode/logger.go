@@ -1,6 +1,7 @@
 package raftnode
 
 import (
+	"context"
 	"fmt"
 	"log/slog"
 	"os"
@@ -26,17 +27,31 @@ func (quietLogger) Panic(v ...any)            { panic(fmt.Sprint(v...)) }
 func (quietLogger) Panicf(f string, v ...any) { panic(fmt.Sprintf(f, v...)) }
 
 // SlogLogger adapts raft's logger to slog; raft's Info is logged at Debug
-// because raft narrates every election at Info.
+// because raft narrates every election at Info. A line below the logger's
+// level is not formatted at all: raft narrates every RawNode it builds,
+// and a server rebuilds thousands of them at a restart or as hibernating
+// followers wake.
 type SlogLogger struct{ L *slog.Logger }
 
-func (s SlogLogger) Debug(v ...any)              { s.L.Debug(fmt.Sprint(v...)) }
-func (s SlogLogger) Debugf(f string, v ...any)   { s.L.Debug(fmt.Sprintf(f, v...)) }
-func (s SlogLogger) Info(v ...any)               { s.L.Debug(fmt.Sprint(v...)) }
-func (s SlogLogger) Infof(f string, v ...any)    { s.L.Debug(fmt.Sprintf(f, v...)) }
-func (s SlogLogger) Warning(v ...any)            { s.L.Warn(fmt.Sprint(v...)) }
-func (s SlogLogger) Warningf(f string, v ...any) { s.L.Warn(fmt.Sprintf(f, v...)) }
-func (s SlogLogger) Error(v ...any)              { s.L.Error(fmt.Sprint(v...)) }
-func (s SlogLogger) Errorf(f string, v ...any)   { s.L.Error(fmt.Sprintf(f, v...)) }
+func (s SlogLogger) log(level slog.Level, f string, v []any) {
+	if !s.L.Enabled(context.Background(), level) {
+		return
+	}
+	if f == "" {
+		s.L.Log(context.Background(), level, fmt.Sprint(v...))
+		return
+	}
+	s.L.Log(context.Background(), level, fmt.Sprintf(f, v...))
+}
+
+func (s SlogLogger) Debug(v ...any)              { s.log(slog.LevelDebug, "", v) }
+func (s SlogLogger) Debugf(f string, v ...any)   { s.log(slog.LevelDebug, f, v) }
+func (s SlogLogger) Info(v ...any)               { s.log(slog.LevelDebug, "", v) }
+func (s SlogLogger) Infof(f string, v ...any)    { s.log(slog.LevelDebug, f, v) }
+func (s SlogLogger) Warning(v ...any)            { s.log(slog.LevelWarn, "", v) }
+func (s SlogLogger) Warningf(f string, v ...any) { s.log(slog.LevelWarn, f, v) }
+func (s SlogLogger) Error(v ...any)              { s.log(slog.LevelError, "", v) }
+func (s SlogLogger) Errorf(f string, v ...any)   { s.log(slog.LevelError, f, v) }
 func (s SlogLogger) Fatal(v ...any)              { panic(fmt.Sprint(v...)) }
 func (s SlogLogger) Fatalf(f string, v ...any)   { panic(fmt.Sprintf(f, v...)) }
 func (s SlogLogger) Panic(v ...any)              { panic(fmt.Sprint(v...)) }
