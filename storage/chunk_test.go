@@ -37,6 +37,48 @@ func TestChunkOfOwnAndSharedPieces(t *testing.T) {
 	}
 }
 
+// A new leader's entries overwrite a follower's conflicting suffix,
+// stamped from where the log matching puts them: after the truncation the
+// storage counts the same offsets, and stores them uncopied too.
+func TestStampedEntriesAfterATruncation(t *testing.T) {
+	for _, opts := range onBothFS(t) {
+		l := openMem(t, opts)
+		stampedEnt := func(index, term uint64, offsets int, base int64) *pb.Entry {
+			e := userEnt(index, term, offsets, 40000, int64(index))
+			StampBatches(e.Data[1:], base, term)
+			return e
+		}
+		// Term 1: entries 1-3 take [0, 2), [2, 4), [4, 6).
+		first := []*pb.Entry{stampedEnt(1, 1, 2, 0), stampedEnt(2, 1, 2, 2), stampedEnt(3, 1, 2, 4)}
+		require.NoError(t, l.Write(first, hardState(1, 1, 2)))
+		// Term 2's leader had only entries 1-2: its entries 3-4 take [4, 7), [7, 8).
+		second := []*pb.Entry{stampedEnt(3, 2, 3, 4), stampedEnt(4, 2, 1, 7)}
+		require.NoError(t, l.Write(second, hardState(2, 2, 4)))
+		_, err := l.Sync()
+		require.NoError(t, err)
+
+		var borrowed int64
+		for _, e := range append(first, second...) {
+			borrowed += int64(len(e.Data) - 1)
+		}
+		require.Equal(t, borrowed, l.Stats().BytesBorrowed, "every entry stored uncopied")
+		cached, err := l.Entries(1, 5, 1<<30)
+		require.NoError(t, err)
+		want := []*pb.Entry{first[0], first[1], second[0], second[1]}
+		for k := range want {
+			require.True(t, proto.Equal(want[k], cached[k]), "entry %d", k+1)
+		}
+		bs, err := l.Read(0, 8, 1<<30)
+		require.NoError(t, err)
+		var bases []int64
+		for _, b := range bs {
+			bases = append(bases, stampedBaseOffsets(b.Data)...)
+		}
+		require.Equal(t, []int64{0, 2, 4, 7}, bases)
+		requireSameFromDisk(t, l, opts, cached)
+	}
+}
+
 // onBothFS are a log's options on the OS's file system (a temporary
 // directory) and in memory.
 func onBothFS(t *testing.T) []Options {
