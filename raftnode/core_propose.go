@@ -170,11 +170,7 @@ func (c *Core) proposeNow(g *group, qs []queuedProposal) {
 		panic(fmt.Sprintf("raftnode: group %d: %d entries proposed but %d appended", g.id, len(ents), len(appended)))
 	}
 	tail := appended[len(appended)-len(ents):]
-	offsets := make([]int64, len(ents))
-	for i, q := range qs {
-		offsets[parts[i].entry] += q.offsets
-	}
-	g.stamp.stamp(tail, offsets) // before anyone sees them: handleReady hands them out
+	g.stamp.stamp(tail, qs, parts) // before anyone sees them: handleReady hands them out
 	c.steppedProducers(g, qs, parts, tail, true)
 	for i, q := range qs {
 		p := parts[i]

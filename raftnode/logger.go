@@ -33,26 +33,48 @@ func (quietLogger) Panicf(f string, v ...any) { panic(fmt.Sprintf(f, v...)) }
 // followers wake.
 type SlogLogger struct{ L *slog.Logger }
 
-func (s SlogLogger) log(level slog.Level, f string, v []any) {
-	if !s.L.Enabled(context.Background(), level) {
-		return
+func (s SlogLogger) on(level slog.Level) bool { return s.L.Enabled(context.Background(), level) }
+
+func (s SlogLogger) Debug(v ...any) {
+	if s.on(slog.LevelDebug) {
+		s.L.Debug(fmt.Sprint(v...))
 	}
-	if f == "" {
-		s.L.Log(context.Background(), level, fmt.Sprint(v...))
-		return
-	}
-	s.L.Log(context.Background(), level, fmt.Sprintf(f, v...))
 }
 
-func (s SlogLogger) Debug(v ...any)              { s.log(slog.LevelDebug, "", v) }
-func (s SlogLogger) Debugf(f string, v ...any)   { s.log(slog.LevelDebug, f, v) }
-func (s SlogLogger) Info(v ...any)               { s.log(slog.LevelDebug, "", v) }
-func (s SlogLogger) Infof(f string, v ...any)    { s.log(slog.LevelDebug, f, v) }
-func (s SlogLogger) Warning(v ...any)            { s.log(slog.LevelWarn, "", v) }
-func (s SlogLogger) Warningf(f string, v ...any) { s.log(slog.LevelWarn, f, v) }
-func (s SlogLogger) Error(v ...any)              { s.log(slog.LevelError, "", v) }
-func (s SlogLogger) Errorf(f string, v ...any)   { s.log(slog.LevelError, f, v) }
-func (s SlogLogger) Fatal(v ...any)              { panic(fmt.Sprint(v...)) }
-func (s SlogLogger) Fatalf(f string, v ...any)   { panic(fmt.Sprintf(f, v...)) }
-func (s SlogLogger) Panic(v ...any)              { panic(fmt.Sprint(v...)) }
-func (s SlogLogger) Panicf(f string, v ...any)   { panic(fmt.Sprintf(f, v...)) }
+func (s SlogLogger) Debugf(f string, v ...any) {
+	if s.on(slog.LevelDebug) {
+		s.L.Debug(fmt.Sprintf(f, v...))
+	}
+}
+
+func (s SlogLogger) Info(v ...any)            { s.Debug(v...) }
+func (s SlogLogger) Infof(f string, v ...any) { s.Debugf(f, v...) }
+
+func (s SlogLogger) Warning(v ...any) {
+	if s.on(slog.LevelWarn) {
+		s.L.Warn(fmt.Sprint(v...))
+	}
+}
+
+func (s SlogLogger) Warningf(f string, v ...any) {
+	if s.on(slog.LevelWarn) {
+		s.L.Warn(fmt.Sprintf(f, v...))
+	}
+}
+
+func (s SlogLogger) Error(v ...any) {
+	if s.on(slog.LevelError) {
+		s.L.Error(fmt.Sprint(v...))
+	}
+}
+
+func (s SlogLogger) Errorf(f string, v ...any) {
+	if s.on(slog.LevelError) {
+		s.L.Error(fmt.Sprintf(f, v...))
+	}
+}
+
+func (s SlogLogger) Fatal(v ...any)            { panic(fmt.Sprint(v...)) }
+func (s SlogLogger) Fatalf(f string, v ...any) { panic(fmt.Sprintf(f, v...)) }
+func (s SlogLogger) Panic(v ...any)            { panic(fmt.Sprint(v...)) }
+func (s SlogLogger) Panicf(f string, v ...any) { panic(fmt.Sprintf(f, v...)) }

@@ -40,20 +40,22 @@ func (c *Core) noteApplied(g *group, e *raftpb.Entry) {
 	}
 }
 
-// stamp stamps the entries raft just appended from proposals (appended,
-// in order), of which offsets[k] are the offsets appended[k]'s batches
-// take, and counts them in the term.
-func (s *stamper) stamp(appended []*raftpb.Entry, offsets []int64) {
-	for k, e := range appended {
+// stamp stamps the entries raft just appended from the proposals qs
+// (appended[parts[i].entry] holds qs[i]) and counts their offsets in the
+// term. A merged entry is stamped whole at its first proposal: its
+// batches follow one another.
+func (s *stamper) stamp(appended []*raftpb.Entry, qs []queuedProposal, parts []part) {
+	for i, q := range qs {
+		e := appended[parts[i].entry]
 		if e.GetTerm() != s.term {
 			s.term, s.taken = e.GetTerm(), 0
 		}
-		if offsets[k] == 0 {
+		if q.offsets == 0 {
 			continue
 		}
-		if s.startTerm == s.term {
+		if parts[i].skip == 0 && s.startTerm == s.term {
 			storage.StampBatches(e.GetData()[1:], s.start+s.taken, s.term)
 		}
-		s.taken += offsets[k]
+		s.taken += q.offsets
 	}
 }

@@ -71,7 +71,7 @@ func StampBatches(data []byte, base int64, term uint64) {
 
 // stamped says whether data's batches carry the stamps StampBatches would
 // write, from base in term: then they are stored as they are, uncopied
-// (chunkMem.borrow). data was validated by parseBatches.
+// (chunkMem.borrowed). data was validated by parseBatches.
 func stamped(data []byte, base int64, term uint64) bool {
 	epoch := batchfmt.EpochOfTerm(term)
 	for p := 0; p < len(data); {

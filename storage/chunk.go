@@ -15,7 +15,7 @@ import (
 // share one made buffer, each run of them between large ones one piece.
 // A user record whose batches carry their stamps already (a leader stamps
 // what it proposes: raftnode/stamp.go) is not copied at all: its payload
-// is the entry's own bytes (borrow). The tail cache keeps slices of the
+// is the entry's own bytes (borrowed). The tail cache keeps slices of the
 // pieces: they are never reused, and an entry's bytes are never changed
 // once written.
 type chunkMem struct {
@@ -52,17 +52,21 @@ func (c *chunkMem) own(payload []byte, sz int) []byte {
 	return rec
 }
 
-// borrow adds a record whose payload is the caller's, uncopied: data is
+// borrowed adds a record whose payload is the caller's, uncopied: data is
 // the entry's bytes, its tag then the payload, and the tag is the header's
-// last byte, so the record is hdr (the header's other bytes) and the
-// padding from the shared buffer around data itself. sz is the record's
-// size (recSize of the payload).
-func (c *chunkMem) borrow(hdr, data []byte, sz int) {
-	copy(c.shared(recHeaderSize-1), hdr)
+// last byte, so the record is the header's other bytes and the padding
+// from the shared buffer around data itself. It returns the header's
+// room (recHeaderSize bytes of the shared buffer, the last not written).
+// sz is the record's size (recSize of the payload).
+func (c *chunkMem) borrowed(data []byte, sz int) (hdr []byte) {
+	hdr = c.shared(recHeaderSize)
+	last := &c.pieces[len(c.pieces)-1]
+	*last = (*last)[:len(*last)-1] // the tag is written as data's first byte
 	c.pieces, c.inRun = append(c.pieces, data), false
-	if pad := sz - (recHeaderSize - 1) - len(data); pad > 0 {
+	if pad := sz - recHeaderSize - (len(data) - 1); pad > 0 {
 		c.shared(pad) // zeroed
 	}
+	return hdr
 }
 
 // planChunk decides which of items [i, j) of a write are borrowed (user
@@ -81,7 +85,7 @@ func planChunk(ents []*pb.Entry, prep []prepEnt, i, j int, next int64) (smallByt
 		p.borrow = p.typ == recUser && ownsPiece(n) && stamped(p.payload, next, ents[k].GetTerm())
 		switch {
 		case p.borrow:
-			smallBytes += int(recSize(n)) - 1 - n
+			smallBytes += int(recSize(n)) - n // the header's room and the padding
 		case !ownsPiece(n):
 			smallBytes += int(recSize(n))
 		}

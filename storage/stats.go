@@ -8,7 +8,7 @@ import "sync/atomic"
 // included).
 type Stats struct {
 	BytesWritten  int64 // record bytes written to segment files
-	BytesBorrowed int64 // of which user payload written from the entries' own bytes, uncopied (chunkMem.borrow)
+	BytesBorrowed int64 // of which user payload written from the entries' own bytes, uncopied (chunkMem.borrowed)
 	CacheHits     int64 // reads served from the tail cache
 	CacheMisses   int64 // reads that went to the segment files
 	DiskReadBytes int64 // bytes read from segment files by reads

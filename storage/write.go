@@ -269,8 +269,8 @@ func (l *Log) writeChunk(act *segment, ents []*pb.Entry, prep []prepEnt, stp *st
 		var rec, data []byte // data: the tag and the payload, for the tail cache
 		switch {
 		case p.borrow:
-			var hdr [recHeaderSize]byte
-			rec, data = hdr[:], e.Data[:1+n:1+n]
+			data = e.Data[: 1+n : 1+n]
+			rec = mem.borrowed(data, int(recSize(n)))
 		case ownsPiece(n):
 			rec = mem.own(p.payload, int(recSize(n)))
 		default:
@@ -297,7 +297,6 @@ func (l *Log) writeChunk(act *segment, ents []*pb.Entry, prep []prepEnt, stp *st
 		lastCRC = recordCRC(l.stream, rec, payload)
 		le.PutUint32(rec, lastCRC)
 		if p.borrow {
-			mem.borrow(rec[:recHeaderSize-1], data, int(recSize(n)))
 			borrowed += int64(n)
 		}
 		rs = append(rs, ridxEnt{pos: start + int64(o), term: h.term, base: next, count: h.count, length: uint32(n)})
