@@ -99,6 +99,9 @@ func (t *Transport) serve(raw net.Conn) {
 		}
 		return
 	}
+	if br, ok := under(c).(*batchReader); ok {
+		br.batch()
+	}
 	t.mu.Lock()
 	pr := (*t.peers.Load())[p] // under mu: RemovePeer cannot slip in between
 	if t.closed || pr == nil {

@@ -254,6 +254,12 @@ func (p *peer) stop() {
 	p.mu.Unlock()
 	p.cancel()
 	if c != nil {
+		// Beneath TLS first: a stream waiting to write its batch
+		// (batchWriter) is interrupted at once, not after the 5 s TLS
+		// gives its close_notify alert.
+		if u := under(c); u != nil {
+			_ = u.Close()
+		}
 		_ = c.Close()
 	}
 }
@@ -439,6 +445,10 @@ func (p *peer) stream(c net.Conn, d dialed) error {
 	}()
 
 	bw := bufio.NewWriterSize(c, writeBufSize)
+	bt, _ := under(c).(*batchWriter)
+	if bt != nil {
+		bt.gather()
+	}
 	var (
 		spare        []frame
 		pendFrames   uint64 // written to bw since the last flush
@@ -464,7 +474,11 @@ func (p *peer) stream(c net.Conn, d dialed) error {
 			spare = batch
 			if pendFrames > 0 {
 				_ = c.SetWriteDeadline(time.Now().Add(wt))
-				if err := bw.Flush(); err != nil {
+				err := bw.Flush()
+				if err == nil && bt != nil {
+					err = bt.flush()
+				}
+				if err != nil {
 					failPending()
 					return err
 				}
