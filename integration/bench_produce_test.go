@@ -105,7 +105,7 @@ func runProduceDefaults(b *testing.B, dir string, dur time.Duration) {
 	leaderID := c.WaitLeader(stream, 20*time.Second)
 	leader := c.Node(leaderID)
 	names := []string{"vdl_kafka_request_stage_duration_seconds", "vdl_storage_write_duration_seconds",
-		"vdl_storage_fsync_duration_seconds", "vdl_raft_commit_duration_seconds"}
+		"vdl_storage_fsync_duration_seconds", "vdl_raft_commit_duration_seconds", "go_sched_latencies_seconds"}
 	var h0, h1 [3]map[string]hist
 	for k := range h0 {
 		h0[k] = scrapeHists(b, c.Node(uint64(k+1)), "", names...)
@@ -176,7 +176,31 @@ acks=all, snappy, linger 10 ms), 1 KiB random values (MB = MiB; load average bef
 		for _, name := range names[1:3] {
 			fmt.Printf("      node %d %-31s %s\n", k+1, name, histDelta(h0[k][name], h1[k][name]))
 		}
+		fmt.Printf("      node %d go scheduler: %s\n", k+1, waitsOver(h0[k][names[4]], h1[k][names[4]]))
 	}
+}
+
+// waitsOver is the share of the goroutines made runnable between a and z
+// (go_sched_latencies_seconds) that waited for a CPU longer than each of
+// its bucket bounds from 0.5 ms on: a server short of CPU delays
+// everything it does, the commit too.
+func waitsOver(a, z hist) string {
+	n := z.count - a.count
+	if n <= 0 {
+		return "-"
+	}
+	var les []float64
+	for le := range z.le {
+		if le >= 0.0005 && !math.IsInf(le, 1) {
+			les = append(les, le)
+		}
+	}
+	slices.Sort(les)
+	out := ""
+	for _, le := range les {
+		out += fmt.Sprintf("waited > %.1f ms: %.3f%%; ", 1000*le, 100*(n-(z.le[le]-a.le[le]))/n)
+	}
+	return out + fmt.Sprintf("%.0f wake-ups", n)
 }
 
 // produceSaturated runs n default franz-go producers as fast as they go

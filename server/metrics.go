@@ -69,7 +69,12 @@ func newMetrics() *metrics {
 	for _, r := range []string{"ok", "failed"} {
 		m.installs.WithLabelValues(r)
 	}
-	m.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	// The scheduler's metrics beside the defaults: how long runnable
+	// goroutines waited for a CPU (go_sched_latencies_seconds) tells a
+	// server short of CPU, whose every latency grows, from a slow disk;
+	// and the collector's stop-the-world pauses.
+	m.reg.MustRegister(collectors.NewGoCollector(collectors.WithGoCollectorRuntimeMetrics(collectors.MetricsScheduler)),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
 

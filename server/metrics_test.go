@@ -101,6 +101,8 @@ func TestMetricsAndProfiles(t *testing.T) {
 	}
 	require.Equal(t, 0.0, get("vdl_stream_leader_outside_preferred_dc", "stream", "s").GetGauge().GetValue(), "no preferred DC")
 	require.NotNil(t, get("vdl_raft_snapshot_installs_total", "result", "ok").GetCounter())
+	require.Positive(t, get("go_sched_latencies_seconds").GetHistogram().GetSampleCount(), "the scheduler's latencies")
+	require.NotNil(t, get("go_sched_pauses_total_gc_seconds").GetHistogram(), "the collector's pauses")
 
 	t.Run("promtool", func(t *testing.T) { promtoolCheck(t, body) })
 
