@@ -6,6 +6,7 @@ import (
 	"crypto/rand"
 	"encoding/binary"
 	"fmt"
+	"maps"
 	"math"
 	"os"
 	"path/filepath"
@@ -189,15 +190,11 @@ func waitsOver(a, z hist) string {
 	if n <= 0 {
 		return "-"
 	}
-	var les []float64
-	for le := range z.le {
-		if le >= 0.0005 && !math.IsInf(le, 1) {
-			les = append(les, le)
-		}
-	}
-	slices.Sort(les)
 	out := ""
-	for _, le := range les {
+	for _, le := range z.bounds() {
+		if le < 0.0005 || math.IsInf(le, 1) {
+			continue
+		}
 		out += fmt.Sprintf("waited > %.1f ms: %.3f%%; ", 1000*le, 100*(n-(z.le[le]-a.le[le]))/n)
 	}
 	return out + fmt.Sprintf("%.0f wake-ups", n)
@@ -384,6 +381,9 @@ type hist struct {
 	le         map[float64]float64
 }
 
+// bounds are h's bucket bounds, in order.
+func (h hist) bounds() []float64 { return slices.Sorted(maps.Keys(h.le)) }
+
 // scrapeHists scrapes n's histograms whose series line starts with one of
 // the prefixes and contains filter: "name{labels}" without _bucket/_sum/
 // _count and le -> hist.
@@ -451,13 +451,8 @@ func histDelta(a, z hist) string {
 	if k <= 0 {
 		return "-"
 	}
-	var les []float64
-	for le := range z.le {
-		les = append(les, le)
-	}
-	slices.Sort(les)
 	p99 := math.Inf(1)
-	for _, le := range les {
+	for _, le := range z.bounds() {
 		if z.le[le]-a.le[le] >= 0.99*k {
 			p99 = le
 			break
