@@ -11,6 +11,8 @@ import (
 
 	"go.etcd.io/raft/v3/raftpb"
 	"google.golang.org/protobuf/proto"
+
+	"github.com/vdl-project/vdl/internal/tlsbatch"
 )
 
 const readBufSize = 64 << 10
@@ -99,8 +101,8 @@ func (t *Transport) serve(raw net.Conn) {
 		}
 		return
 	}
-	if br, ok := under(c).(*batchReader); ok {
-		br.batch()
+	if br, ok := tlsbatch.Under(c).(*tlsbatch.Reader); ok {
+		br.Batch() // the peer is authenticated: read its records in batches
 	}
 	t.mu.Lock()
 	pr := (*t.peers.Load())[p] // under mu: RemovePeer cannot slip in between

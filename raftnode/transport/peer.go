@@ -15,6 +15,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/vdl-project/vdl/internal/canary"
+	"github.com/vdl-project/vdl/internal/tlsbatch"
 )
 
 // Outgoing stream states.
@@ -254,12 +255,6 @@ func (p *peer) stop() {
 	p.mu.Unlock()
 	p.cancel()
 	if c != nil {
-		// Beneath TLS first: a stream waiting to write its batch
-		// (batchWriter) is interrupted at once, not after the 5 s TLS
-		// gives its close_notify alert.
-		if u := under(c); u != nil {
-			_ = u.Close()
-		}
 		_ = c.Close()
 	}
 }
@@ -445,9 +440,9 @@ func (p *peer) stream(c net.Conn, d dialed) error {
 	}()
 
 	bw := bufio.NewWriterSize(c, writeBufSize)
-	bt, _ := under(c).(*batchWriter)
+	bt := tlsbatch.WriterOf(c) // TLS records in batches (internal/tlsbatch)
 	if bt != nil {
-		bt.gather()
+		bt.Gather()
 	}
 	var (
 		spare        []frame
@@ -476,7 +471,7 @@ func (p *peer) stream(c net.Conn, d dialed) error {
 				_ = c.SetWriteDeadline(time.Now().Add(wt))
 				err := bw.Flush()
 				if err == nil && bt != nil {
-					err = bt.flush()
+					err = bt.Flush()
 				}
 				if err != nil {
 					failPending()

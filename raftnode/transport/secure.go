@@ -9,6 +9,8 @@ import (
 	"net/http"
 	"sync"
 	"time"
+
+	"github.com/vdl-project/vdl/internal/tlsbatch"
 )
 
 // Mutual TLS and the peers' HTTP. With Config.TLSServer set, every
@@ -54,7 +56,7 @@ func (t *Transport) secureAccept(c net.Conn) (net.Conn, uint64, bool, error) {
 		_ = c.SetReadDeadline(time.Time{})
 		return pc, 0, string(magic) != handshakeMagic, nil
 	}
-	tc := tls.Server(&batchReader{Conn: c}, t.serverTLS())
+	tc := tls.Server(tlsbatch.NewReader(c), t.serverTLS())
 	_ = c.SetDeadline(time.Now().Add(t.cfg.HandshakeTimeout))
 	if err := tc.Handshake(); err != nil {
 		return nil, 0, false, fmt.Errorf("TLS handshake: %w", err)
@@ -81,7 +83,7 @@ func (t *Transport) secureDial(c net.Conn, peer uint64, alpn string) (net.Conn, 
 	if cfg.MinVersion < tls.VersionTLS13 {
 		cfg.MinVersion = tls.VersionTLS13
 	}
-	tc := tls.Client(&batchWriter{Conn: c}, cfg)
+	tc := tls.Client(tlsbatch.NewWriter(c), cfg)
 	_ = c.SetDeadline(time.Now().Add(t.cfg.HandshakeTimeout))
 	if err := tc.Handshake(); err != nil {
 		return nil, fmt.Errorf("TLS handshake with node %d: %w", peer, err)
