@@ -33,48 +33,29 @@ func (quietLogger) Panicf(f string, v ...any) { panic(fmt.Sprintf(f, v...)) }
 // followers wake.
 type SlogLogger struct{ L *slog.Logger }
 
-func (s SlogLogger) on(level slog.Level) bool { return s.L.Enabled(context.Background(), level) }
-
-func (s SlogLogger) Debug(v ...any) {
-	if s.on(slog.LevelDebug) {
-		s.L.Debug(fmt.Sprint(v...))
+// print and printf log what raft says at level, formatted only if the
+// logger takes that level.
+func (s SlogLogger) print(level slog.Level, v []any) {
+	if ctx := context.Background(); s.L.Enabled(ctx, level) {
+		s.L.Log(ctx, level, fmt.Sprint(v...))
 	}
 }
 
-func (s SlogLogger) Debugf(f string, v ...any) {
-	if s.on(slog.LevelDebug) {
-		s.L.Debug(fmt.Sprintf(f, v...))
+func (s SlogLogger) printf(level slog.Level, f string, v []any) {
+	if ctx := context.Background(); s.L.Enabled(ctx, level) {
+		s.L.Log(ctx, level, fmt.Sprintf(f, v...))
 	}
 }
 
-func (s SlogLogger) Info(v ...any)            { s.Debug(v...) }
-func (s SlogLogger) Infof(f string, v ...any) { s.Debugf(f, v...) }
-
-func (s SlogLogger) Warning(v ...any) {
-	if s.on(slog.LevelWarn) {
-		s.L.Warn(fmt.Sprint(v...))
-	}
-}
-
-func (s SlogLogger) Warningf(f string, v ...any) {
-	if s.on(slog.LevelWarn) {
-		s.L.Warn(fmt.Sprintf(f, v...))
-	}
-}
-
-func (s SlogLogger) Error(v ...any) {
-	if s.on(slog.LevelError) {
-		s.L.Error(fmt.Sprint(v...))
-	}
-}
-
-func (s SlogLogger) Errorf(f string, v ...any) {
-	if s.on(slog.LevelError) {
-		s.L.Error(fmt.Sprintf(f, v...))
-	}
-}
-
-func (s SlogLogger) Fatal(v ...any)            { panic(fmt.Sprint(v...)) }
-func (s SlogLogger) Fatalf(f string, v ...any) { panic(fmt.Sprintf(f, v...)) }
-func (s SlogLogger) Panic(v ...any)            { panic(fmt.Sprint(v...)) }
-func (s SlogLogger) Panicf(f string, v ...any) { panic(fmt.Sprintf(f, v...)) }
+func (s SlogLogger) Debug(v ...any)              { s.print(slog.LevelDebug, v) }
+func (s SlogLogger) Debugf(f string, v ...any)   { s.printf(slog.LevelDebug, f, v) }
+func (s SlogLogger) Info(v ...any)               { s.print(slog.LevelDebug, v) }
+func (s SlogLogger) Infof(f string, v ...any)    { s.printf(slog.LevelDebug, f, v) }
+func (s SlogLogger) Warning(v ...any)            { s.print(slog.LevelWarn, v) }
+func (s SlogLogger) Warningf(f string, v ...any) { s.printf(slog.LevelWarn, f, v) }
+func (s SlogLogger) Error(v ...any)              { s.print(slog.LevelError, v) }
+func (s SlogLogger) Errorf(f string, v ...any)   { s.printf(slog.LevelError, f, v) }
+func (s SlogLogger) Fatal(v ...any)              { panic(fmt.Sprint(v...)) }
+func (s SlogLogger) Fatalf(f string, v ...any)   { panic(fmt.Sprintf(f, v...)) }
+func (s SlogLogger) Panic(v ...any)              { panic(fmt.Sprint(v...)) }
+func (s SlogLogger) Panicf(f string, v ...any)   { panic(fmt.Sprintf(f, v...)) }

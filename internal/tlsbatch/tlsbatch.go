@@ -36,10 +36,9 @@ var pool = sync.Pool{New: func() any { b := make([]byte, 0, Bytes); return &b }}
 // the connection, which ends the flush.
 type Writer struct {
 	net.Conn
-	mu       sync.Mutex
-	hold     bool
-	buf      *[]byte // held bytes (pooled); nil when none
-	flushing bool    // a flush is writing outside the lock
+	mu   sync.Mutex
+	hold bool
+	buf  *[]byte // held bytes (pooled); nil when none
 }
 
 // NewWriter wraps c, writing through until Gather.
@@ -51,8 +50,9 @@ func (w *Writer) Write(p []byte) (int, error) {
 		w.mu.Unlock()
 		return w.Conn.Write(p)
 	}
-	if w.buf != nil && len(*w.buf)+len(p) > Bytes && !w.flushing {
-		// A full batch, written by the one writer TLS allows at a time.
+	if w.buf != nil && len(*w.buf)+len(p) > Bytes {
+		// A full batch: only the stream's goroutine writes this much, and
+		// it is the one that flushes.
 		w.mu.Unlock()
 		if err := w.Flush(); err != nil {
 			return 0, err
@@ -79,7 +79,7 @@ func (w *Writer) Gather() {
 func (w *Writer) Flush() error {
 	w.mu.Lock()
 	b := w.buf
-	w.buf, w.flushing = nil, b != nil
+	w.buf = nil
 	w.mu.Unlock()
 	if b == nil {
 		return nil
@@ -87,9 +87,6 @@ func (w *Writer) Flush() error {
 	_, err := w.Conn.Write(*b)
 	*b = (*b)[:0]
 	pool.Put(b)
-	w.mu.Lock()
-	w.flushing = false
-	w.mu.Unlock()
 	return err
 }
 
