@@ -73,6 +73,12 @@ type HostConfig struct {
 	// each successful proposal took from submission to its completion
 	// (committed and applied here), on the loop.
 	ObserveWrite, ObserveSync, ObserveCommit func(time.Duration)
+	// ObserveRoundTrip, if set, is told each append's round trip from
+	// this server, leading, to a follower and back; ObserveDurable how
+	// long each append from a leader took to be acknowledged here (made
+	// durable). Both on the loop (host_appends.go).
+	ObserveRoundTrip func(peer uint64, d time.Duration)
+	ObserveDurable   func(time.Duration)
 	// ObserveInstall, if set, is told each snapshot install's outcome.
 	ObserveInstall func(err error)
 }
@@ -91,6 +97,9 @@ type Host struct {
 	writes chan *WriteJob
 	syncs  chan *SyncJob
 	log    *slog.Logger
+	// appends times appends to and from peers (nil: not observed); the
+	// loop's.
+	appends *appendClock
 
 	// gate makes every event submitted run exactly once: do holds it
 	// shared while queueing; Stop closes it before the loop ends, and the
@@ -170,6 +179,9 @@ func NewHost(cfg HostConfig) *Host {
 		views:   map[uint64]*groupView{},
 		failed:  make(chan struct{}),
 		quit:    quit,
+	}
+	if cfg.ObserveRoundTrip != nil || cfg.ObserveDurable != nil {
+		h.appends = newAppendClock(cfg.ObserveRoundTrip, cfg.ObserveDurable)
 	}
 	h.node = NewNode(NodeConfig{Core: cfg.Core, Logger: cfg.Logger, OnMembership: cfg.OnMembership}, hostDriver{h})
 	h.loopDone.Add(1)
@@ -318,6 +330,9 @@ func (h *Host) AddGroup(id uint64, log Log) error {
 func (h *Host) RemoveGroup(id uint64) error {
 	return h.call(func() {
 		h.node.RemoveGroup(id)
+		if h.appends != nil {
+			h.appends.forget(id)
+		}
 		h.mu.Lock()
 		if v, ok := h.views[id]; ok {
 			close(v.changed)
@@ -339,6 +354,11 @@ func (h *Host) Step(group uint64, m *raftpb.Message) {
 			failpoint.Return()
 		}
 	})
+	if c := h.appends; c != nil && clocked(m) {
+		at := time.Now() // its arrival, not its turn on the loop
+		_ = h.do(func() { c.received(group, m, at); h.node.Step(group, m) })
+		return
+	}
 	_ = h.do(func() { h.node.Step(group, m) })
 }
 

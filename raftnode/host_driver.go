@@ -46,9 +46,14 @@ func timed(job func() error, observe func(time.Duration)) error {
 // hostDriver is the Host as the Node's Driver (on the loop).
 type hostDriver struct{ h *Host }
 
-func (d hostDriver) Send(group uint64, m *raftpb.Message) { d.h.cfg.Sender.Send(group, m) }
-func (d hostDriver) Write(j *WriteJob)                    { d.h.writes <- j }
-func (d hostDriver) Sync(j *SyncJob)                      { d.h.syncs <- j }
+func (d hostDriver) Send(group uint64, m *raftpb.Message) {
+	if c := d.h.appends; c != nil && clocked(m) {
+		c.sending(group, m, time.Now())
+	}
+	d.h.cfg.Sender.Send(group, m)
+}
+func (d hostDriver) Write(j *WriteJob) { d.h.writes <- j }
+func (d hostDriver) Sync(j *SyncJob)   { d.h.syncs <- j }
 
 func (d hostDriver) Install(j *InstallJob) {
 	h := d.h

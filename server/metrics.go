@@ -29,6 +29,8 @@ type metrics struct {
 	connections *prometheus.GaugeVec
 
 	writeSeconds, syncSeconds, commitSeconds prometheus.Histogram
+	appendDurable                            prometheus.Histogram
+	appendRoundTrip                          *prometheus.HistogramVec
 	installs                                 *prometheus.CounterVec
 }
 
@@ -65,6 +67,12 @@ func newMetrics() *metrics {
 	m.syncSeconds = f.histogram("vdl_storage_fsync_duration_seconds", "Time of one sync job: one fdatasync per log written.")
 	m.commitSeconds = f.histogram("vdl_raft_commit_duration_seconds",
 		"Time from a proposal's submission to its completion on this server (replicated to a quorum, durable, applied).")
+	// A commit is a leader's append reaching a follower and made durable
+	// there: these two tell a slow peer or wire from a slow disk.
+	m.appendRoundTrip = f.histogramVec("vdl_raft_append_round_trip_seconds",
+		"Time from an append this server, leading, sends to a follower to that follower's answer (the wire both ways, the follower's write and fdatasync), by follower.", "peer")
+	m.appendDurable = f.histogram("vdl_raft_append_durable_seconds",
+		"Time from an append's arrival from the leader to this server's answer acknowledging it (stepped, written and synced here).")
 	m.installs = f.counterVec("vdl_raft_snapshot_installs_total", "Snapshot installs (catch-up from the leader's segments) by result.", "result")
 	for _, r := range []string{"ok", "failed"} {
 		m.installs.WithLabelValues(r)

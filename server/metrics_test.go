@@ -98,7 +98,17 @@ func TestMetricsAndProfiles(t *testing.T) {
 			continue
 		}
 		require.NotNil(t, get("vdl_raft_follower_lag_entries", "stream", "s", "peer", peer).GetGauge())
+		require.Positive(t, get("vdl_raft_append_round_trip_seconds", "peer", peer).GetHistogram().GetSampleCount(),
+			"the leader timed its appends to follower %s", peer)
 	}
+	follower := (l + 1) % len(c.cfgs)
+	fbody := c.adminGet(t, follower, false, "/metrics", http.StatusOK)
+	fparser := expfmt.NewTextParser(model.UTF8Validation)
+	ffams, err := fparser.TextToMetricFamilies(bytes.NewReader(fbody))
+	require.NoError(t, err)
+	durable := findMetric(ffams, "vdl_raft_append_durable_seconds")
+	require.NotNil(t, durable, "in\n%s", fbody)
+	require.Positive(t, durable.GetHistogram().GetSampleCount(), "the follower timed the leader's appends")
 	require.Equal(t, 0.0, get("vdl_stream_leader_outside_preferred_dc", "stream", "s").GetGauge().GetValue(), "no preferred DC")
 	require.NotNil(t, get("vdl_raft_snapshot_installs_total", "result", "ok").GetCounter())
 	require.Positive(t, get("go_sched_latencies_seconds").GetHistogram().GetSampleCount(), "the scheduler's latencies")

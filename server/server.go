@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"path"
 	"slices"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -179,6 +180,10 @@ func newServer(cfg Config, logger *slog.Logger, fsys vfs.FS) (*Server, error) {
 		ObserveWrite:       func(d time.Duration) { s.metrics.writeSeconds.Observe(d.Seconds()) },
 		ObserveSync:        func(d time.Duration) { s.metrics.syncSeconds.Observe(d.Seconds()) },
 		ObserveCommit:      func(d time.Duration) { s.metrics.commitSeconds.Observe(d.Seconds()) },
+		ObserveRoundTrip: func(peer uint64, d time.Duration) {
+			s.metrics.appendRoundTrip.WithLabelValues(strconv.FormatUint(peer, 10)).Observe(d.Seconds())
+		},
+		ObserveDurable: func(d time.Duration) { s.metrics.appendDurable.Observe(d.Seconds()) },
 		ObserveInstall: func(err error) {
 			result := "ok"
 			if err != nil {
