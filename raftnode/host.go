@@ -356,7 +356,12 @@ func (h *Host) Step(group uint64, m *raftpb.Message) {
 	})
 	if c := h.appends; c != nil && clocked(m) {
 		at := time.Now() // its arrival, not its turn on the loop
-		_ = h.do(func() { c.received(group, m, at); h.node.Step(group, m) })
+		_ = h.do(func() {
+			if h.hosts(group) { // a peer's message for any group id must not grow the clock
+				c.received(group, m, at)
+			}
+			h.node.Step(group, m)
+		})
 		return
 	}
 	_ = h.do(func() { h.node.Step(group, m) })

@@ -100,3 +100,20 @@ func TestAppendClockKeepsWhatItBounds(t *testing.T) {
 	require.Empty(t, r.trips)
 	require.Empty(t, r.durable)
 }
+
+type discardSender struct{}
+
+func (discardSender) Send(uint64, *raftpb.Message) {}
+
+// A peer may send appends for any group id (a group removed here, or a
+// forged id): the clock keeps nothing for a group the Host does not host.
+func TestAppendClockIgnoresGroupsNotHosted(t *testing.T) {
+	h := NewHost(HostConfig{Core: Config{ID: 1}, Sender: discardSender{}, ObserveDurable: func(time.Duration) {}})
+	defer h.Stop()
+	for g := uint64(1); g <= 1000; g++ {
+		h.Step(g, appendMsg(2, 1, 1, 1))
+	}
+	var kept int
+	require.NoError(t, h.call(func() { kept = len(h.appends.arrived) }))
+	require.Zero(t, kept)
+}

@@ -106,3 +106,11 @@ func (h *Host) Quiesced(group uint64) bool {
 	}
 	return q
 }
+
+// hosts reports whether group is hosted here.
+func (h *Host) hosts(group uint64) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	_, ok := h.views[group]
+	return ok
+}
