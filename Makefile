@@ -90,7 +90,7 @@ bench-e2e:
 # VDL_BENCH_LEGACY_MB (128), VDL_BENCH_PROFILE (a path: the leader's CPU
 # profile during the first read). Dropping the page cache needs root.
 bench-read:
-	$(GO) test -count=1 -run '^$$' -bench '^(BenchmarkReadDefaults|BenchmarkKafka010|BenchmarkCatchUpIsolation)$$' -benchtime 1x -timeout 20m ./integration/
+	$(GO) test -count=1 -run '^$$' -bench '^(BenchmarkReadDefaults|BenchmarkCatchUpStreams|BenchmarkKafka010|BenchmarkCatchUpIsolation)$$' -benchtime 1x -timeout 20m ./integration/
 
 # Regression benchmarks of the fetch path: allocations and bytes copied per
 # fetch, pooled reads, down-conversion throughput per core.

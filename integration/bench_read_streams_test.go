@@ -1,0 +1,182 @@
+package integration
+
+import (
+	"context"
+	"crypto/rand"
+	"fmt"
+	"os"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/vdl-project/vdl/internal/selfcpu"
+)
+
+// BenchmarkCatchUpStreams: catchUpStreams with ten streams of
+// VDL_BENCH_READ_MB / 2 MiB each (default 100: 1 GB in all).
+//
+//	make bench-read
+func BenchmarkCatchUpStreams(b *testing.B) {
+	per := int64(envInt(b, "VDL_BENCH_READ_MB", 200)) * mib / 2
+	for i := 0; i < b.N; i++ {
+		if i > 0 {
+			break // one run is the measurement; -benchtime 1x
+		}
+		consume, cold := catchUpStreams(b, 10, per)
+		b.ReportMetric(consume, "catchup10-MB/s")
+		b.ReportMetric(cold, "coldread-MB/s")
+		b.ReportMetric(100*consume/cold, "catchup10-%-of-cold")
+	}
+}
+
+// catchUpStreams is BenchmarkReadDefaults' catch-up with more than one
+// fetch in flight: streams streams of perStream bytes each (1 KiB
+// values), their leaders spread over the three servers, read from offset
+// 0 by one franz-go consumer with default options (1 MiB per partition, a
+// fetch per broker in flight), beside a cold sequential read of one
+// server's segment files (one copy of every stream) in the same run. The
+// single stream's catch-up is bound by the round trip of one 1 MiB fetch
+// at a time (docs/performance.md); here the client asks the three leaders
+// for every stream at once, as a consumer of several streams does.
+// tail_cache_bytes = 16 MiB (tuned down, labelled) so the reads come from
+// the segment files, the page cache dropped before each read.
+func catchUpStreams(b *testing.B, streams int, perStream int64) (consume, cold float64) {
+	var names []string
+	for i := range streams {
+		names = append(names, fmt.Sprintf("c%02d", i))
+	}
+	c := StartCluster(b, Options{Streams: names, LogLevel: "warn", TailCacheBytes: 16 * mib})
+	defer c.StopAll()
+	brokers := c.KafkaAddrs()
+	// Leaders round robin over the servers: wherever the elections put
+	// them, one server could lead most streams and be the whole read.
+	leaders := map[uint64]int{}
+	for i, s := range names {
+		l := c.WaitLeader(s, 20*time.Second)
+		if want := uint64(i%3 + 1); l != want {
+			l = colocate(b, c, s, l, want)
+		}
+		leaders[l]++
+	}
+	produceStreams(b, brokers, names, perStream)
+	ends := map[string]int64{}
+	for _, s := range names {
+		st, err := c.StreamStatus(c.WaitLeader(s, 20*time.Second), s)
+		if err != nil {
+			b.Fatal(err)
+		}
+		ends[s] = st.HighWatermark
+	}
+	fmt.Printf("\n  catch-up of %d streams (%.0f MiB each, leaders per server %v) by one franz-go consumer, defaults\n"+
+		"  (1 MiB per partition), tail_cache_bytes = 16 MiB (tuned down: the reads come from the segment files)\n",
+		streams, float64(perStream)/mib, leaders)
+	for run := range 2 {
+		if err := dropPageCache(); err != nil {
+			b.Logf("page cache not dropped: %v", err)
+		}
+		var rb0 int64
+		for id := uint64(1); id <= 3; id++ {
+			rb0 += c.Node(id).ReadBytes()
+		}
+		if prof := os.Getenv("VDL_BENCH_PROFILE"); prof != "" && run == 0 {
+			go leaderProfile(b, c.Node(1), prof+".catchup10", 3)
+		}
+		cpu0, self0, t0 := c.CPUSeconds(), selfcpu.Used().Seconds(), time.Now()
+		mbps := readStreams(b, brokers, ends)
+		secs := time.Since(t0).Seconds()
+		servers, client := (c.CPUSeconds()-cpu0)/secs, (selfcpu.Used().Seconds()-self0)/secs
+		var rb1 int64
+		for id := uint64(1); id <= 3; id++ {
+			rb1 += c.Node(id).ReadBytes()
+		}
+		coldMBps := coldReadMBps(b, c.Node(1).DataDir)
+		fmt.Printf("    from offset 0, run %d: %7.1f MB/s (the servers read %.0f MB from disk; servers %.2f cores, consumer %.2f);\n"+
+			"      cold read of one server's segments %7.1f MB/s\n",
+			run+1, mbps, float64(rb1-rb0)/mib, servers, client, coldMBps)
+		consume, cold = max(consume, mbps), max(cold, coldMBps)
+	}
+	fmt.Printf("    catch-up of %d streams / cold read: %.0f %% (best of 2 each), target >= 80 %%: %s\n",
+		streams, 100*consume/cold, metStr(consume >= 0.8*cold))
+	return consume, cold
+}
+
+// produceStreams produces about perStream bytes of 1 KiB values into each
+// stream, 4 clients each writing to all of them.
+func produceStreams(b *testing.B, brokers, streams []string, perStream int64) {
+	value := make([]byte, 1<<10)
+	_, _ = rand.Read(value)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	var sent, failed atomic.Int64
+	total := perStream * int64(len(streams))
+	var wg sync.WaitGroup
+	for range 4 {
+		cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...),
+			kgo.RequiredAcks(kgo.AllISRAcks()), kgo.ProducerBatchCompression(kgo.NoCompression()),
+			kgo.ProducerLinger(time.Millisecond), kgo.MaxBufferedRecords(2048), kgo.ProducerBatchMaxBytes(1<<20))
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer cl.Close()
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; sent.Add(int64(len(value))) <= total; i++ {
+				rec := &kgo.Record{Topic: streams[i%len(streams)], Value: value}
+				cl.Produce(ctx, rec, func(_ *kgo.Record, err error) {
+					if err != nil {
+						failed.Add(1)
+					}
+				})
+			}
+			if err := cl.Flush(ctx); err != nil {
+				b.Error(err)
+			}
+		}()
+	}
+	wg.Wait()
+	if n := failed.Load(); n > 0 {
+		b.Fatalf("%d produces failed", n)
+	}
+}
+
+// readStreams reads every stream from offset 0 to its end with one
+// franz-go consumer (default options) and returns MiB/s, timed from the
+// first records.
+func readStreams(b *testing.B, brokers []string, ends map[string]int64) float64 {
+	parts := map[string]map[int32]kgo.Offset{}
+	var want int64
+	for s, end := range ends {
+		parts[s] = map[int32]kgo.Offset{0: kgo.NewOffset().At(0)}
+		want += end
+	}
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.ConsumePartitions(parts))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer cl.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	var n, bytes, firstBytes int64
+	var start time.Time
+	for n < want {
+		fs := cl.PollFetches(ctx)
+		if ctx.Err() != nil {
+			b.Fatalf("read of %d streams stuck at %d of %d records", len(ends), n, want)
+		}
+		fs.EachError(func(_ string, _ int32, err error) { b.Fatalf("fetch: %v", err) })
+		fs.EachRecord(func(rec *kgo.Record) {
+			if rec.Offset < ends[rec.Topic] {
+				n++
+				bytes += int64(len(rec.Value))
+			}
+		})
+		if start.IsZero() && n > 0 {
+			start, firstBytes = time.Now(), bytes
+		}
+	}
+	return float64(bytes-firstBytes) / mib / time.Since(start).Seconds()
+}
