@@ -22,9 +22,9 @@ import (
 // the loop touches it, with the messages clocked selects. It keeps at most
 // maxTimedAppends appends per group and follower (the oldest go untimed),
 // and nothing for a group with none awaiting an answer: memory follows
-// activity, not the number of groups.
-// An answer covering several appends is timed from the latest of them (a
-// retried append's answer times the retry); the older ones are dropped.
+// activity, not the number of groups. An answer covering several appends
+// is timed from the latest of them (a retried append's answer times the
+// retry); the older ones are dropped.
 type appendClock struct {
 	sent      map[uint64]map[uint64][]timedAppend // group -> follower -> appends awaiting its answer, oldest first
 	arrived   map[uint64][]timedAppend            // group -> appends not yet acknowledged here, oldest first
@@ -71,7 +71,7 @@ func (c *appendClock) sending(group uint64, m *raftpb.Message, now time.Time) {
 			peers = map[uint64][]timedAppend{}
 			c.sent[group] = peers
 		}
-		peers[m.GetTo()] = c.push(peers[m.GetTo()], timedAppend{appendEnd(m), now})
+		peers[m.GetTo()] = push(peers[m.GetTo()], timedAppend{appendEnd(m), now})
 	case raftpb.MsgAppResp:
 		if at, ok := take(c.arrived, group, m.GetIndex()); ok && c.durable != nil {
 			c.durable(now.Sub(at))
@@ -86,7 +86,7 @@ func (c *appendClock) received(group uint64, m *raftpb.Message, now time.Time) {
 	switch m.GetType() {
 	case raftpb.MsgApp:
 		delete(c.sent, group) // following now: what it sent leading will not be answered
-		c.arrived[group] = c.push(c.arrived[group], timedAppend{appendEnd(m), now})
+		c.arrived[group] = push(c.arrived[group], timedAppend{appendEnd(m), now})
 	case raftpb.MsgAppResp:
 		peers := c.sent[group]
 		if at, ok := take(peers, m.GetFrom(), m.GetIndex()); ok && c.roundTrip != nil {
@@ -104,7 +104,8 @@ func (c *appendClock) forget(group uint64) {
 	delete(c.sent, group)
 }
 
-func (c *appendClock) push(q []timedAppend, a timedAppend) []timedAppend {
+// push queues a, dropping the oldest beyond maxTimedAppends.
+func push(q []timedAppend, a timedAppend) []timedAppend {
 	if len(q) >= maxTimedAppends {
 		q = q[1:]
 	}
