@@ -62,13 +62,13 @@ func catchUpStreams(b *testing.B, streams int, perStream int64) (consume, cold f
 		leaders[l]++
 	}
 	produceStreams(b, brokers, names, perStream)
-	ends := map[string]int64{}
+	ranges := map[string][2]int64{}
 	for _, s := range names {
 		st, err := c.StreamStatus(c.WaitLeader(s, 20*time.Second), s)
 		if err != nil {
 			b.Fatal(err)
 		}
-		ends[s] = st.HighWatermark
+		ranges[s] = [2]int64{0, st.HighWatermark}
 	}
 	fmt.Printf("\n  catch-up of %d streams (%.0f MiB each, leaders per server %v) by one franz-go consumer, defaults\n"+
 		"  (1 MiB per partition), tail_cache_bytes = 16 MiB (tuned down: the reads come from the segment files)\n",
@@ -85,7 +85,7 @@ func catchUpStreams(b *testing.B, streams int, perStream int64) (consume, cold f
 			go leaderProfile(b, c.Node(1), prof+".catchup10", 3)
 		}
 		cpu0, self0, t0 := c.CPUSeconds(), selfcpu.Used().Seconds(), time.Now()
-		mbps := readStreams(b, brokers, ends)
+		_, mbps := readRanges(b, ranges, kgo.SeedBrokers(brokers...))
 		secs := time.Since(t0).Seconds()
 		servers, client := (c.CPUSeconds()-cpu0)/secs, (selfcpu.Used().Seconds()-self0)/secs
 		var rb1 int64
@@ -141,42 +141,4 @@ func produceStreams(b *testing.B, brokers, streams []string, perStream int64) {
 	if n := failed.Load(); n > 0 {
 		b.Fatalf("%d produces failed", n)
 	}
-}
-
-// readStreams reads every stream from offset 0 to its end with one
-// franz-go consumer (default options) and returns MiB/s, timed from the
-// first records.
-func readStreams(b *testing.B, brokers []string, ends map[string]int64) float64 {
-	parts := map[string]map[int32]kgo.Offset{}
-	var want int64
-	for s, end := range ends {
-		parts[s] = map[int32]kgo.Offset{0: kgo.NewOffset().At(0)}
-		want += end
-	}
-	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.ConsumePartitions(parts))
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer cl.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
-	var n, bytes, firstBytes int64
-	var start time.Time
-	for n < want {
-		fs := cl.PollFetches(ctx)
-		if ctx.Err() != nil {
-			b.Fatalf("read of %d streams stuck at %d of %d records", len(ends), n, want)
-		}
-		fs.EachError(func(_ string, _ int32, err error) { b.Fatalf("fetch: %v", err) })
-		fs.EachRecord(func(rec *kgo.Record) {
-			if rec.Offset < ends[rec.Topic] {
-				n++
-				bytes += int64(len(rec.Value))
-			}
-		})
-		if start.IsZero() && n > 0 {
-			start, firstBytes = time.Now(), bytes
-		}
-	}
-	return float64(bytes-firstBytes) / mib / time.Since(start).Seconds()
 }

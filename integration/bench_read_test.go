@@ -3,7 +3,6 @@ package integration
 import (
 	"bufio"
 	"context"
-	"crypto/rand"
 	"fmt"
 	"io"
 	"os"
@@ -11,8 +10,6 @@ import (
 	"sort"
 	"strconv"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -135,48 +132,27 @@ func metStr(ok bool) string {
 
 // produceBytes produces about total bytes of 1 KiB values with 4 clients.
 func produceBytes(b *testing.B, brokers []string, stream string, total int64) {
-	value := make([]byte, 1<<10)
-	_, _ = rand.Read(value)
-	var sent atomic.Int64
-	var failed atomic.Int64
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
-	defer cancel()
-	var wg sync.WaitGroup
-	for range 4 {
-		cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.DefaultProduceTopic(stream),
-			kgo.RequiredAcks(kgo.AllISRAcks()), kgo.ProducerBatchCompression(kgo.NoCompression()),
-			kgo.ProducerLinger(time.Millisecond), kgo.MaxBufferedRecords(2048), kgo.ProducerBatchMaxBytes(1<<20))
-		if err != nil {
-			b.Fatal(err)
-		}
-		defer cl.Close()
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for sent.Add(int64(len(value))) <= total {
-				cl.Produce(ctx, &kgo.Record{Value: value}, func(_ *kgo.Record, err error) {
-					if err != nil {
-						failed.Add(1)
-					}
-				})
-			}
-			if err := cl.Flush(ctx); err != nil {
-				b.Error(err)
-			}
-		}()
-	}
-	wg.Wait()
-	if n := failed.Load(); n > 0 {
-		b.Fatalf("%d produces failed", n)
-	}
+	produceStreams(b, brokers, []string{stream}, total)
 }
 
 // readRangeWith consumes [from, to) with a partition consumer made of
 // opts (client defaults otherwise) and returns MiB read and MiB/s, timed
 // from the first records.
 func readRangeWith(b *testing.B, stream string, from, to int64, opts ...kgo.Opt) (float64, float64) {
-	opts = append(opts, kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{stream: {0: kgo.NewOffset().At(from)}}))
-	cl, err := kgo.NewClient(opts...)
+	return readRanges(b, map[string][2]int64{stream: {from, to}}, opts...)
+}
+
+// readRanges consumes each stream's [from, to) with one consumer made of
+// opts (client defaults otherwise) and returns MiB read and MiB/s, timed
+// from the first records.
+func readRanges(b *testing.B, ranges map[string][2]int64, opts ...kgo.Opt) (float64, float64) {
+	parts := map[string]map[int32]kgo.Offset{}
+	var want int64
+	for s, r := range ranges {
+		parts[s] = map[int32]kgo.Offset{0: kgo.NewOffset().At(r[0])}
+		want += r[1] - r[0]
+	}
+	cl, err := kgo.NewClient(append(opts, kgo.ConsumePartitions(parts))...)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -185,14 +161,14 @@ func readRangeWith(b *testing.B, stream string, from, to int64, opts ...kgo.Opt)
 	defer cancel()
 	var n, bytes, firstBytes int64
 	var start time.Time
-	for from+n < to {
+	for n < want {
 		fs := cl.PollFetches(ctx)
 		if ctx.Err() != nil {
-			b.Fatalf("read [%d, %d) stuck at %d", from, to, from+n)
+			b.Fatalf("read of %v stuck at %d of %d records", ranges, n, want)
 		}
 		fs.EachError(func(_ string, _ int32, err error) { b.Fatalf("fetch: %v", err) })
 		fs.EachRecord(func(rec *kgo.Record) {
-			if rec.Offset < to {
+			if rec.Offset < ranges[rec.Topic][1] {
 				n++
 				bytes += int64(len(rec.Value))
 			}
