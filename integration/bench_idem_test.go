@@ -77,9 +77,7 @@ func runIdemBench(b *testing.B, dir string, phase time.Duration) {
 	run := func(idempotent bool, d time.Duration) (float64, float64, float64, float64, int64) {
 		var clients []*kgo.Client
 		for range producers {
-			opts := []kgo.Opt{kgo.SeedBrokers(brokers...), kgo.DefaultProduceTopic(stream),
-				kgo.RequiredAcks(kgo.AllISRAcks()), kgo.ProducerBatchCompression(kgo.NoCompression()),
-				kgo.ProducerLinger(time.Millisecond), kgo.MaxBufferedRecords(2048), kgo.ProducerBatchMaxBytes(1 << 20)}
+			opts := append(loaderOpts(brokers), kgo.DefaultProduceTopic(stream))
 			if !idempotent {
 				opts = append(opts, kgo.DisableIdempotentWrite(), kgo.MaxProduceRequestsInflightPerBroker(inflight))
 			}

@@ -103,6 +103,15 @@ func catchUpStreams(b *testing.B, streams int, perStream int64) (consume, cold f
 	return consume, cold
 }
 
+// loaderOpts are the options of the producers that load data for a
+// benchmark (tuned, not what it measures): acks=all, no compression,
+// linger 1 ms, 1 MiB batches, 2048 records buffered.
+func loaderOpts(brokers []string) []kgo.Opt {
+	return []kgo.Opt{kgo.SeedBrokers(brokers...), kgo.RequiredAcks(kgo.AllISRAcks()),
+		kgo.ProducerBatchCompression(kgo.NoCompression()), kgo.ProducerLinger(time.Millisecond),
+		kgo.MaxBufferedRecords(2048), kgo.ProducerBatchMaxBytes(1 << 20)}
+}
+
 // produceStreams produces about perStream bytes of 1 KiB values into each
 // stream, 4 clients each writing to all of them.
 func produceStreams(b *testing.B, brokers, streams []string, perStream int64) {
@@ -114,9 +123,7 @@ func produceStreams(b *testing.B, brokers, streams []string, perStream int64) {
 	total := perStream * int64(len(streams))
 	var wg sync.WaitGroup
 	for range 4 {
-		cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...),
-			kgo.RequiredAcks(kgo.AllISRAcks()), kgo.ProducerBatchCompression(kgo.NoCompression()),
-			kgo.ProducerLinger(time.Millisecond), kgo.MaxBufferedRecords(2048), kgo.ProducerBatchMaxBytes(1<<20))
+		cl, err := kgo.NewClient(loaderOpts(brokers)...)
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -226,10 +226,7 @@ func runE2E(b *testing.B, dir string, dur time.Duration) {
 	cpu0, self0 := c.CPUSeconds(), selfcpu.Used().Seconds()
 	startProduce := time.Now()
 	for p := 0; p < producers; p++ {
-		opts := []kgo.Opt{kgo.SeedBrokers(brokers...), kgo.DefaultProduceTopic(stream),
-			kgo.RequiredAcks(kgo.AllISRAcks()), kgo.ProducerBatchCompression(kgo.NoCompression()),
-			kgo.ProducerLinger(time.Millisecond), kgo.MaxBufferedRecords(2048),
-			kgo.ProducerBatchMaxBytes(1 << 20)}
+		opts := append(loaderOpts(brokers), kgo.DefaultProduceTopic(stream))
 		// The plain producer, as the figures before idempotence was served:
 		// kgo keeps one request in flight without idempotence unless told
 		// (BenchmarkIdempotentProduce compares it with the idempotent one).
