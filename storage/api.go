@@ -77,7 +77,8 @@ type Options struct {
 	// does not grow with everything written, evicting what others need
 	// (on virtual machines every fresh page it grows into also costs a
 	// host page fault: writes measured 2-4x slower). Catch-up reads of
-	// closed segments then come from the disk.
+	// closed segments then come from the disk, past the page cache
+	// (O_DIRECT: File.ReadDirect); with KeepPageCache, through it.
 	KeepPageCache bool
 	// MaxReadBytes caps one Read (a fetch of one stream): larger asks get
 	// about this much (the first batch always whole). Default 16 MiB.

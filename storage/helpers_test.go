@@ -68,6 +68,8 @@ type countFS struct {
 	vfs.FS
 	reads     atomic.Int64
 	readBytes atomic.Int64
+	// directReads counts the reads past the page cache (ReadDirect).
+	directReads atomic.Int64
 
 	mu   sync.Mutex
 	open int // .seg, .ridx and .lidx handles open now
@@ -123,6 +125,14 @@ type countFile struct {
 func (f *countFile) ReadAt(p []byte, off int64) (int, error) {
 	f.c.reads.Add(1)
 	n, err := f.File.ReadAt(p, off)
+	f.c.readBytes.Add(int64(n))
+	return n, err
+}
+
+func (f *countFile) ReadDirect(p []byte, off int64) (int, error) {
+	f.c.reads.Add(1)
+	f.c.directReads.Add(1)
+	n, err := f.File.ReadDirect(p, off)
 	f.c.readBytes.Add(int64(n))
 	return n, err
 }

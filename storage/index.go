@@ -176,6 +176,19 @@ func preadFull(f vfs.File, b []byte, off int64) error {
 	return fmt.Errorf("read %s at %d: %w", f.Name(), off, err)
 }
 
+// preadDirect reads b at off from f past the page cache (b, off aligned:
+// vfs.File.ReadDirect); the file may end inside b, not before need bytes.
+func preadDirect(f vfs.File, b []byte, off int64, need int) error {
+	n, err := f.ReadDirect(b, off)
+	if n >= need && (err == nil || err == io.EOF) {
+		return nil
+	}
+	if err == nil || err == io.EOF {
+		err = io.ErrUnexpectedEOF
+	}
+	return fmt.Errorf("read %s at %d: %w", f.Name(), off, err)
+}
+
 // ridxRange returns the entries for indexes [lo, lo+n) of a closed
 // segment, which the caller has acquired (as for lidxRange, lidxSearch).
 func (s *segment) ridxRange(lo uint64, n int) ([]ridxEnt, error) {

@@ -6,6 +6,7 @@ import (
 	"sort"
 
 	"github.com/vdl-project/vdl/internal/canary"
+	"github.com/vdl-project/vdl/vfs"
 )
 
 // Kafka reads: offsets, Read (tail cache or catch-up preads planned under
@@ -193,29 +194,32 @@ func (l *Log) readDisk(offset, hwm int64, maxBytes int, pooled bool) ([]Batch, *
 	if err != nil {
 		return nil, nil, err
 	}
-	total := int64(0)
+	total, size := int64(0), 0
 	for _, r := range runs {
 		span, err := l.runSpan(r.s, r.ents)
 		if err != nil {
 			return nil, nil, err
 		}
 		total += span
+		size += vfs.AlignUp(l.runSlot(r, span))
 	}
 	l.stats.diskRead.Add(total)
+	size += vfs.DirectAlign // room to align the buffer's start
 	var rb *ReadBuf
 	if pooled {
-		rb = getReadBuf(int(total))
+		rb = getReadBuf(size)
 	} else {
-		rb = &ReadBuf{buf: make([]byte, total), class: unpooled}
+		rb = &ReadBuf{buf: make([]byte, size), class: unpooled}
 	}
-	buf := rb.buf
+	buf, _ := vfs.AlignedBuf(rb.buf, size-vfs.DirectAlign)
 	for _, r := range runs {
 		span, _ := l.runSpan(r.s, r.ents)
-		if rb.batches, err = l.readRun(r.s, r.closed, r.ents, buf[:span:span], rb.batches); err != nil {
+		slot := l.runSlot(r, span)
+		if rb.batches, err = l.readRun(r, buf[:slot:slot], rb.batches); err != nil {
 			rb.Release()
 			return nil, nil, err
 		}
-		buf = buf[span:]
+		buf = buf[vfs.AlignUp(slot):]
 	}
 	return rb.batches, rb, nil
 }
@@ -341,32 +345,54 @@ func (l *Log) runSpan(s *segment, ents []lidxEnt) (int64, error) {
 	return end - start, nil
 }
 
-// readRun reads the records of ents (user entries of s, in order) with one
-// pread into buf (exactly their span) and appends their batches. It runs
-// without the log's lock: s is acquired, and the entries read are
-// committed, so never rewritten.
-func (l *Log) readRun(s *segment, closed bool, ents []lidxEnt, buf []byte, out []Batch) ([]Batch, error) {
-	start := ents[0].pos - recHeaderSize
-	end := start + int64(len(buf))
-	if err := l.readBudget.pread(s.f, buf, start); err != nil {
-		return out, err
+// direct reports whether r is read past the page cache (vfs
+// File.ReadDirect): a closed segment is kept out of the cache (see
+// KeepPageCache), so reading it through the cache cost a hint to start the
+// reads ahead, a copy out of the cache and a hint to drop the pages again
+// per read (two fifths of a leader's CPU while ten consumers caught up).
+// The reads ahead are the log's own then (readahead.go, ReadAhead).
+func (l *Log) direct(r diskRun) bool { return r.closed && !l.keepPageCache }
+
+// runSlot is the buffer r is read into: its span, or for a direct read
+// the whole blocks holding it.
+func (l *Log) runSlot(r diskRun, span int64) int {
+	if !l.direct(r) {
+		return int(span)
 	}
-	if closed {
-		// Give back the pages just read (closed segments are kept out of
-		// the page cache: see KeepPageCache), and have the kernel read
-		// ahead of the reader. Hints only.
-		if !l.keepPageCache {
-			_ = s.f.DropCache(start, end-start)
+	start := r.ents[0].pos - recHeaderSize
+	return int(vfs.AlignUp(start+span) - vfs.AlignDown(start))
+}
+
+// readRun reads the records of r (user entries of one segment, in order)
+// with one pread into buf (its runSlot, aligned) and appends their
+// batches. It runs without the log's lock: the segment is acquired, and
+// the entries read are committed, so never rewritten.
+func (l *Log) readRun(r diskRun, buf []byte, out []Batch) ([]Batch, error) {
+	s, ents := r.s, r.ents
+	start := ents[0].pos - recHeaderSize
+	last := ents[len(ents)-1]
+	end := last.pos + int64(last.length)
+	from := start // the file offset of buf[0]
+	if l.direct(r) {
+		from = vfs.AlignDown(start)
+		if err := l.readBudget.pread(s.f, buf, from, int(end-from), true); err != nil {
+			return out, err
 		}
-		s.readAhead(end, end-start, l.readBudget.aheadWindow(readAheadMax))
+	} else {
+		if err := l.readBudget.pread(s.f, buf, start, len(buf), false); err != nil {
+			return out, err
+		}
+		if r.closed { // kept in the page cache: have the kernel read ahead of the reader
+			s.readAhead(end, end-start, l.readBudget.aheadWindow(readAheadMax))
+		}
 	}
 	for _, e := range ents {
 		if canary.On(canary.ServeCorrupt) { // broken on purpose: no checksum on read
-			o := e.pos - start
+			o := e.pos - from
 			out = append(out, Batch{BaseOffset: e.base, NextOffset: e.next, Data: buf[o : o+int64(e.length) : o+int64(e.length)]})
 			continue
 		}
-		h, rec, err := l.checkRecord(s, buf, start, e.pos-recHeaderSize, e.index)
+		h, rec, err := l.checkRecord(s, buf, from, e.pos-recHeaderSize, e.index)
 		if err != nil {
 			return out, err
 		}

@@ -195,18 +195,29 @@ func (b *ReadBudget) release(n int64) {
 // one read may ask for.
 const readPiece = 1 << 20
 
-// pread reads len(buf) bytes at off from f in pieces of at most
-// readPiece (or the budget), each within the budget. It is called with no
-// lock of the log held. A nil budget reads with one pread.
-func (b *ReadBudget) pread(f vfs.File, buf []byte, off int64) error {
+// pread reads buf at off from f, at least need bytes of it (all of it
+// unless direct: a direct read, File.ReadDirect, is of whole blocks, and
+// the file may end inside the last), in pieces of at most readPiece (or
+// the budget), each within the budget. It is called with no lock of the
+// log held. A nil budget reads with one pread.
+func (b *ReadBudget) pread(f vfs.File, buf []byte, off int64, need int, direct bool) error {
+	read := func(p []byte, off int64, need int) error {
+		if direct {
+			return preadDirect(f, p, off, need)
+		}
+		return preadFull(f, p, off)
+	}
 	if b == nil {
-		return preadFull(f, buf, off)
+		return read(buf, off, need)
 	}
 	piece := min(readPiece, int(b.limit))
-	for k := 0; k < len(buf); k += piece {
+	if direct {
+		piece = max(vfs.AlignDown(piece), vfs.DirectAlign)
+	}
+	for k := 0; k < need; k += piece {
 		n := min(piece, len(buf)-k)
 		release := b.acquire(int64(n))
-		err := preadFull(f, buf[k:k+n], off+int64(k))
+		err := read(buf[k:k+n], off+int64(k), min(n, need-k))
 		release()
 		if err != nil {
 			return err

@@ -49,6 +49,16 @@ type stallFile struct {
 }
 
 func (f *stallFile) ReadAt(p []byte, off int64) (int, error) {
+	f.stall(p)
+	return f.File.ReadAt(p, off)
+}
+
+func (f *stallFile) ReadDirect(p []byte, off int64) (int, error) {
+	f.stall(p)
+	return f.File.ReadDirect(p, off)
+}
+
+func (f *stallFile) stall(p []byte) {
 	f.fs.mu.Lock()
 	st, en := f.fs.stalled, f.fs.entered
 	f.fs.mu.Unlock()
@@ -56,7 +66,6 @@ func (f *stallFile) ReadAt(p []byte, off int64) (int, error) {
 		en <- struct{}{}
 		<-st
 	}
-	return f.File.ReadAt(p, off)
 }
 
 // A catch-up read does its disk IO without the log's lock: while one is

@@ -208,3 +208,11 @@ func (f *lazyFile) Prefetch(off, n int64) error {
 	defer f.l.end()
 	return f.osFile.Prefetch(off, n)
 }
+
+func (f *lazyFile) ReadDirect(p []byte, off int64) (int, error) {
+	if err := f.l.begin(); err != nil {
+		return 0, err
+	}
+	defer f.l.end()
+	return f.osFile.ReadDirect(p, off)
+}

@@ -149,6 +149,15 @@ func (f *memFile) DropCache(off, n int64) error {
 	return f.check("fadvise")
 }
 
+// ReadDirect checks the alignment O_DIRECT asks for: the simulator's reads
+// are held to it as the real disk's are.
+func (f *memFile) ReadDirect(p []byte, off int64) (int, error) {
+	if err := checkDirect(f.name, p, off); err != nil {
+		return 0, err
+	}
+	return f.ReadAt(p, off)
+}
+
 func (f *memFile) Prefetch(off, n int64) error {
 	f.m.mu.Lock()
 	defer f.m.mu.Unlock()

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"io/fs"
 	"os"
+	"sync"
 	"syscall"
 
 	"golang.org/x/sys/unix"
@@ -88,7 +89,14 @@ func (OS) FreeSpace(dir string) (uint64, error) {
 	return uint64(st.Bavail) * uint64(st.Bsize), nil
 }
 
-type osFile struct{ f *os.File }
+type osFile struct {
+	f *os.File
+
+	mu       sync.Mutex
+	closed   bool
+	direct   *os.File // ReadDirect's, opened on first use
+	noDirect bool     // the file system refused O_DIRECT
+}
 
 func (f *osFile) Name() string { return f.f.Name() }
 
@@ -102,7 +110,16 @@ func (f *osFile) WriteAt(p []byte, off int64) (int, error) {
 	return n, mapErr(err)
 }
 
-func (f *osFile) Close() error { return mapErr(f.f.Close()) }
+func (f *osFile) Close() error {
+	f.mu.Lock()
+	f.closed = true
+	d := f.direct
+	f.mu.Unlock()
+	if d != nil {
+		_ = d.Close()
+	}
+	return mapErr(f.f.Close())
+}
 
 func (f *osFile) Size() (int64, error) {
 	fi, err := f.f.Stat()
@@ -160,8 +177,10 @@ func (f *osFile) DataAfter(off int64) (start, end int64, ok bool, err error) {
 
 // fdOp runs fn on the descriptor through SyscallConn so a concurrent Close
 // cannot recycle the fd under us, and names the failing call in the error.
-func (f *osFile) fdOp(op string, fn func(fd int) error) error {
-	rc, err := f.f.SyscallConn()
+func (f *osFile) fdOp(op string, fn func(fd int) error) error { return fdOp(f.f, op, fn) }
+
+func fdOp(f *os.File, op string, fn func(fd int) error) error {
+	rc, err := f.SyscallConn()
 	if err != nil {
 		return mapErr(err)
 	}
@@ -170,7 +189,7 @@ func (f *osFile) fdOp(op string, fn func(fd int) error) error {
 		return mapErr(err)
 	}
 	if opErr != nil {
-		return mapErr(&fs.PathError{Op: op, Path: f.f.Name(), Err: opErr})
+		return mapErr(&fs.PathError{Op: op, Path: f.Name(), Err: opErr})
 	}
 	return nil
 }

@@ -3,7 +3,9 @@ package vfs
 import (
 	"errors"
 	"io"
+	"os"
 	"slices"
+	"strconv"
 
 	"golang.org/x/sys/unix"
 )
@@ -67,4 +69,9 @@ func pwritevAll(fd int, bufs [][]byte, off int64) error {
 		}
 	}
 	return nil
+}
+
+// openDirect opens the file of fd again, for reading with O_DIRECT.
+func openDirect(fd int) (*os.File, error) {
+	return os.OpenFile("/proc/self/fd/"+strconv.Itoa(fd), os.O_RDONLY|unix.O_DIRECT, 0)
 }

@@ -68,6 +68,12 @@ type File interface {
 	// Prefetch asks the OS to start reading [off, off+n) into its page
 	// cache (posix_fadvise WILLNEED), for a read expected soon. A hint.
 	Prefetch(off, n int64) error
+	// ReadDirect is ReadAt past the OS page cache (O_DIRECT): it leaves
+	// nothing cached, for data read once. p's memory, len(p) and off are
+	// multiples of DirectAlign (AlignedBuf), or it fails with EINVAL. It
+	// reads what ReadAt would; at the end of the file it returns fewer
+	// bytes with io.EOF.
+	ReadDirect(p []byte, off int64) (int, error)
 }
 
 // DataMap is implemented by files that know where their data lies
