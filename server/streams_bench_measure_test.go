@@ -18,7 +18,6 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
-	"github.com/twmb/franz-go/pkg/kgo"
 )
 
 // What BenchmarkStreams measures besides throughput: descriptors, disk,
@@ -316,31 +315,4 @@ func dumpGoroutinesAfter(b *testing.B, env string, d time.Duration) {
 		defer f.Close()
 		_ = pprof.Lookup("goroutine").WriteTo(f, 1)
 	})
-}
-
-// consumeHot reads the hot streams from from until total records with a
-// new franz-go consumer (default options) and returns how many records it
-// counted and in how long, from the first fetch that returned records
-// (those not counted): the consumer's start-up is not the servers' rate.
-func consumeHot(b *testing.B, ctx context.Context, c *testCluster, from map[string]map[int32]kgo.Offset, total int64) (int64, time.Duration) {
-	cons, err := kgo.NewClient(kgo.SeedBrokers(c.kafkaAddrs()...), kgo.ConsumePartitions(from))
-	require.NoError(b, err)
-	defer cons.Close()
-	var read, counted int64
-	var start time.Time
-	for read < total {
-		fs := cons.PollFetches(ctx)
-		require.NoError(b, ctx.Err())
-		fs.EachError(func(t string, p int32, err error) { b.Fatalf("consume %s: %v", t, err) })
-		n := int64(fs.NumRecords())
-		read += n
-		if start.IsZero() {
-			if n > 0 {
-				start = time.Now()
-			}
-			continue
-		}
-		counted += n
-	}
-	return counted, time.Since(start)
 }

@@ -4,14 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"net/http"
 	_ "net/http/pprof"
 	"os"
 	"slices"
 	"strconv"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -25,7 +23,8 @@ import (
 
 // BenchmarkStreams measures what many mostly idle streams cost a replica
 // set (docs/operations.md, Sizing): three servers and three config servers
-// in this process on default settings, VDL_BENCH_STREAMS idle streams
+// in this process on default settings (the hot load's clients in a process
+// of their own: streams_bench_load_test.go), VDL_BENCH_STREAMS idle streams
 // (default 1,000) beside 10 hot ones. It reports disk and heap per idle
 // stream and server, idle CPU per server, the time to create them, a
 // Metadata request for every topic, a server's restart until every group
@@ -237,62 +236,18 @@ func waitLed(b *testing.B, c *testCluster, want int, since time.Time) {
 type throughput struct{ produce, consume float64 }
 
 // hotLoad produces 1 KiB records to the hot streams for d with a
-// franz-go client on its default options, then consumes what it produced
-// from the start with another.
+// franz-go client on its default options, then reads the last of them
+// back, in a process of its own (streams_bench_load_test.go).
 func hotLoad(b *testing.B, ctx context.Context, c *testCluster, hot []string, label string, d time.Duration) throughput {
 	const size = 1024
-	cl, err := kgo.NewClient(kgo.SeedBrokers(c.kafkaAddrs()...))
-	require.NoError(b, err)
-	defer cl.Close()
-	// Values that do not compress (franz-go compresses batches by
-	// default): slices of a random buffer at random offsets.
-	random := make([]byte, 16<<20)
-	rng := rand.New(rand.NewPCG(1, 2))
-	for i := range random {
-		random[i] = byte(rng.Uint32())
-	}
-	var acked, failed atomic.Int64
-	var firstErr atomic.Value
-	starts := hotEnds(b, ctx, c, hot)
 	gc0 := readGC()
-	stop := time.Now().Add(d)
-	start := time.Now()
-	for i := 0; time.Now().Before(stop); i++ {
-		off := rng.IntN(len(random) - size)
-		cl.Produce(ctx, &kgo.Record{Topic: hot[i%len(hot)], Value: random[off : off+size]}, func(_ *kgo.Record, err error) {
-			if err != nil {
-				failed.Add(1)
-				firstErr.CompareAndSwap(nil, err)
-				return
-			}
-			acked.Add(1)
-		})
-	}
-	require.NoError(b, cl.Flush(ctx))
-	produced := time.Since(start)
-	gcProduce := readGC().since(gc0)
-	require.Zero(b, failed.Load(), "failed produces (first: %v)", firstErr.Load())
-
-	// The last hotConsumeRecords this load wrote to each stream.
-	from := map[string]map[int32]kgo.Offset{}
-	var total int64
-	ends := hotEnds(b, ctx, c, hot)
-	for _, t := range hot {
-		at := max(starts[t], ends[t]-hotConsumeRecords)
-		from[t] = map[int32]kgo.Offset{0: kgo.NewOffset().At(at)}
-		total += ends[t] - at
-	}
-	var read int64
-	var consumed time.Duration
-	for range hotConsumeRounds {
-		n, d := consumeHot(b, ctx, c, from, total)
-		read, consumed = read+n, consumed+d
-	}
-	out := throughput{produce: float64(acked.Load()*size) / produced.Seconds(), consume: float64(read*size) / consumed.Seconds()}
+	r, err := runLoad(ctx, loadSpec{Brokers: c.kafkaAddrs(), Topics: hot, Seconds: d.Seconds()})
+	require.NoError(b, err)
+	out := throughput{produce: float64(r.Acked*size) / r.ProduceSecs, consume: float64(r.Read*size) / r.ConsumeSecs}
 	// On stderr: the testing package keeps only ten lines of a benchmark's
 	// log, and eleven hot runs hid the restart's figures.
-	fmt.Fprintf(os.Stderr, "bench: hot streams %s: produced %d records (%.1f MB/s; %s), consumed %d (%.1f MB/s); %s\n",
-		label, acked.Load(), out.produce/1e6, gcProduce, read, out.consume/1e6, c.hotLeaders(hot))
+	fmt.Fprintf(os.Stderr, "bench: hot streams %s: produced %d records (%.1f MB/s), consumed %d (%.1f MB/s); the servers' %s; %s\n",
+		label, r.Acked, out.produce/1e6, r.Read, out.consume/1e6, readGC().since(gc0), c.hotLeaders(hot))
 	return out
 }
 
@@ -336,42 +291,6 @@ func bestOf(run func(i int) throughput) (out throughput) {
 		}
 	}
 	return out
-}
-
-// hotEnds are the hot streams' end offsets.
-func hotEnds(b *testing.B, ctx context.Context, c *testCluster, hot []string) map[string]int64 {
-	cl, err := kgo.NewClient(kgo.SeedBrokers(c.kafkaAddrs()...))
-	require.NoError(b, err)
-	defer cl.Close()
-	req := kmsg.NewPtrListOffsetsRequest()
-	for _, t := range hot {
-		rt := kmsg.NewListOffsetsRequestTopic()
-		rt.Topic = t
-		rp := kmsg.NewListOffsetsRequestTopicPartition()
-		rp.Timestamp = -1 // latest
-		rt.Partitions = append(rt.Partitions, rp)
-		req.Topics = append(req.Topics, rt)
-	}
-	ends := map[string]int64{}
-	// The balancer may be moving a hot leader right now: ask again until
-	// every stream answers (LEADER_NOT_AVAILABLE meanwhile).
-	require.Eventually(b, func() bool {
-		for _, sh := range cl.RequestSharded(ctx, req) {
-			if sh.Err != nil {
-				return false
-			}
-			for _, t := range sh.Resp.(*kmsg.ListOffsetsResponse).Topics {
-				for _, p := range t.Partitions {
-					if p.ErrorCode != 0 {
-						return false
-					}
-					ends[t.Topic] = p.Offset
-				}
-			}
-		}
-		return len(ends) == len(hot)
-	}, 30*time.Second, 100*time.Millisecond, "end offsets of the hot streams")
-	return ends
 }
 
 // metadataTime is the median of five Metadata requests for every topic,
