@@ -204,14 +204,16 @@ func (l *Log) readDisk(offset, hwm int64, maxBytes int, pooled bool) ([]Batch, *
 		size += vfs.AlignUp(l.runSlot(r, span))
 	}
 	l.stats.diskRead.Add(total)
-	size += vfs.DirectAlign // room to align the buffer's start
+	if size > 0 {
+		size += vfs.DirectAlign // room to align the buffer's start
+	}
 	var rb *ReadBuf
 	if pooled {
 		rb = getReadBuf(size)
 	} else {
 		rb = &ReadBuf{buf: make([]byte, size), class: unpooled}
 	}
-	buf, _ := vfs.AlignedBuf(rb.buf, size-vfs.DirectAlign)
+	buf, _ := vfs.AlignedBuf(rb.buf, max(size-vfs.DirectAlign, 0))
 	for _, r := range runs {
 		span, _ := l.runSpan(r.s, r.ents)
 		slot := l.runSlot(r, span)
