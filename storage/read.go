@@ -9,6 +9,8 @@ import (
 	"go.etcd.io/raft/v3"
 	pb "go.etcd.io/raft/v3/raftpb"
 	"google.golang.org/protobuf/proto"
+
+	"github.com/vdl-project/vdl/vfs"
 )
 
 // Raft reads. They hold mu.RLock for the whole call, preads included
@@ -193,13 +195,13 @@ func (l *Log) readEntries(lo, hi, budget uint64) ([]*pb.Entry, error) {
 	if start < segHeaderSize || end > s.cap || end < start {
 		return nil, l.corrupt(s.base+".ridx", 0, "entry %d points outside the segment", lo)
 	}
-	buf := make([]byte, end-start)
-	if err := preadFull(s.f, buf, start); err != nil {
+	buf, from, err := l.readSpan(s, start, end)
+	if err != nil {
 		return nil, err
 	}
 	out := make([]*pb.Entry, 0, m)
 	for k := 0; k < m; k++ {
-		h, rec, err := l.checkRecord(s, buf, start, rs[k].pos, lo+uint64(k))
+		h, rec, err := l.checkRecord(s, buf, from, rs[k].pos, lo+uint64(k))
 		if err != nil {
 			return nil, err
 		}
@@ -210,6 +212,21 @@ func (l *Log) readEntries(lo, hi, budget uint64) ([]*pb.Entry, error) {
 		out = append(out, makeEntry(h.index, h.term, h.typ, h.flags, data))
 	}
 	return out, nil
+}
+
+// readSpan reads [start, end) of s into a new buffer, which starts at
+// file offset from. A closed segment is read past the page cache, as
+// catch-up reads are (Log.direct): a follower catching up from the start
+// of the log would otherwise fill the page cache with old data.
+func (l *Log) readSpan(s *segment, start, end int64) (buf []byte, from int64, err error) {
+	if s == l.active() || l.keepPageCache {
+		buf = make([]byte, end-start)
+		return buf, start, preadFull(s.f, buf, start)
+	}
+	from = vfs.AlignDown(start)
+	n := int(vfs.AlignUp(end) - from)
+	buf, _ = vfs.AlignedBuf(make([]byte, n+vfs.DirectAlign), n)
+	return buf, from, preadDirect(s.f, buf, from, int(end-from))
 }
 
 // checkRecord verifies the record at pos (inside buf, read from bufStart)

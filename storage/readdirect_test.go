@@ -12,9 +12,10 @@ import (
 
 // Catch-up reads of closed segments go past the page cache (ReadDirect, of
 // whole blocks around records at any offset) and return exactly what was
-// written, for every read size; the active segment and KeepPageCache read
-// through it. Mem refuses a misaligned direct read as the kernel does. A
-// read budget of an odd size splits a read into pieces of whole blocks.
+// written, for every read size, and so do raft's reads of them (Entries);
+// the active segment and KeepPageCache read through it. Mem refuses a
+// misaligned direct read as the kernel does. A read budget of an odd size
+// splits a read into pieces of whole blocks.
 func TestCatchUpReadsClosedSegmentsDirect(t *testing.T) {
 	for _, tc := range []struct {
 		keep   bool
@@ -63,8 +64,22 @@ func TestCatchUpReadsClosedSegmentsDirect(t *testing.T) {
 				}
 			}
 
-			// A read of the active segment only, behind the tail cache, goes through the cache.
+			// Raft's reads (a follower catching up) of closed segments go past it too.
 			direct := cfs.directReads.Load()
+			ents, err := l.Entries(1, 301, 1<<30)
+			require.NoError(t, err)
+			require.Len(t, ents, 300)
+			for i, e := range ents {
+				require.Equal(t, want[i], e.Data[1+16:], "entry %d", i+1) // past TagUser
+			}
+			if keep {
+				require.Equal(t, direct, cfs.directReads.Load())
+			} else {
+				require.Greater(t, cfs.directReads.Load(), direct, "raft reads of closed segments direct")
+			}
+
+			// A read of the active segment only, behind the tail cache, goes through the cache.
+			direct = cfs.directReads.Load()
 			bs, err := l.Read(end-40, end, 1<<20)
 			require.NoError(t, err)
 			require.NotEmpty(t, bs)
