@@ -4,31 +4,19 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
-	"unsafe"
 
 	"github.com/stretchr/testify/require"
 	pb "go.etcd.io/raft/v3/raftpb"
-	"golang.org/x/sys/unix"
 
+	"github.com/vdl-project/vdl/internal/pagecache"
 	"github.com/vdl-project/vdl/vfs"
 )
 
 // residentPages counts the pages of path's first n bytes in the page cache.
 func residentPages(t *testing.T, path string, n int) int {
 	t.Helper()
-	f, err := os.Open(path)
+	c, err := pagecache.Resident(path, n)
 	require.NoError(t, err)
-	defer f.Close()
-	m, err := unix.Mmap(int(f.Fd()), 0, n, unix.PROT_READ, unix.MAP_SHARED)
-	require.NoError(t, err)
-	defer unix.Munmap(m)
-	vec := make([]byte, (n+os.Getpagesize()-1)/os.Getpagesize())
-	_, _, errno := unix.Syscall(unix.SYS_MINCORE, uintptr(unsafe.Pointer(&m[0])), uintptr(len(m)), uintptr(unsafe.Pointer(&vec[0])))
-	require.Zero(t, errno)
-	c := 0
-	for _, v := range vec {
-		c += int(v & 1)
-	}
 	return c
 }
 
