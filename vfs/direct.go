@@ -68,19 +68,26 @@ func (f *osFile) ReadDirect(p []byte, off int64) (int, error) {
 	if err != nil {
 		return 0, err
 	}
-	if d == nil {
-		n, err := f.ReadAt(p, off)
-		if n > 0 {
-			_ = f.DropCache(off, int64(n))
+	if d != nil {
+		var n int
+		err = fdOp(d, "pread", func(fd int) error {
+			var e error
+			n, e = preadDirect(fd, p, off)
+			return e
+		})
+		if !errors.Is(err, unix.EINVAL) {
+			return n, err
 		}
-		return n, err
+		// A device whose blocks are larger than DirectAlign: through the
+		// cache from now on.
+		f.mu.Lock()
+		f.noDirect = true
+		f.mu.Unlock()
 	}
-	var n int
-	err = fdOp(d, "pread", func(fd int) error {
-		var e error
-		n, e = preadDirect(fd, p, off)
-		return e
-	})
+	n, err := f.ReadAt(p, off)
+	if n > 0 {
+		_ = f.DropCache(off, int64(n))
+	}
 	return n, err
 }
 
@@ -108,14 +115,17 @@ func preadDirect(fd int, p []byte, off int64) (int, error) {
 }
 
 // directFile returns the O_DIRECT descriptor, nil if there is none: the
-// file system refuses it (for good), or opening it failed (this time).
+// file system or device refuses it (for good), or opening it failed (this
+// time).
 func (f *osFile) directFile() (*os.File, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	switch {
 	case f.closed:
 		return nil, &fs.PathError{Op: "read direct", Path: f.f.Name(), Err: fs.ErrClosed}
-	case f.direct != nil || f.noDirect:
+	case f.noDirect:
+		return nil, nil
+	case f.direct != nil:
 		return f.direct, nil
 	}
 	err := fdOp(f.f, "open direct", func(fd int) error {
