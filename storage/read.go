@@ -215,18 +215,16 @@ func (l *Log) readEntries(lo, hi, budget uint64) ([]*pb.Entry, error) {
 }
 
 // readSpan reads [start, end) of s into a new buffer, which starts at
-// file offset from. A closed segment is read past the page cache, as
-// catch-up reads are (Log.direct): a follower catching up from the start
-// of the log would otherwise fill the page cache with old data.
+// file offset from: a closed segment past the page cache (diskSpan), so a
+// follower catching up from the start of the log does not fill the page
+// cache with old data.
 func (l *Log) readSpan(s *segment, start, end int64) (buf []byte, from int64, err error) {
-	if s == l.active() || l.keepPageCache {
-		buf = make([]byte, end-start)
-		return buf, start, preadFull(s.f, buf, start)
+	sp := l.span(s != l.active(), start, end)
+	buf = make([]byte, sp.size())
+	if sp.direct {
+		buf, _ = vfs.AlignedBuf(make([]byte, sp.size()+vfs.DirectAlign), sp.size())
 	}
-	from = vfs.AlignDown(start)
-	n := int(vfs.AlignUp(end) - from)
-	buf, _ = vfs.AlignedBuf(make([]byte, n+vfs.DirectAlign), n)
-	return buf, from, preadDirect(s.f, buf, from, int(end-from))
+	return buf, sp.from, readAt(s.f, buf, sp.from, sp.need(), sp.direct)
 }
 
 // checkRecord verifies the record at pos (inside buf, read from bufStart)

@@ -201,7 +201,7 @@ func (l *Log) readDisk(offset, hwm int64, maxBytes int, pooled bool) ([]Batch, *
 			return nil, nil, err
 		}
 		total += span
-		size += vfs.AlignUp(l.runSlot(r, span))
+		size += vfs.AlignUp(l.runDiskSpan(r, span).size())
 	}
 	l.stats.diskRead.Add(total)
 	if size > 0 {
@@ -216,8 +216,9 @@ func (l *Log) readDisk(offset, hwm int64, maxBytes int, pooled bool) ([]Batch, *
 	buf, _ := vfs.AlignedBuf(rb.buf, max(size-vfs.DirectAlign, 0))
 	for _, r := range runs {
 		span, _ := l.runSpan(r.s, r.ents)
-		slot := l.runSlot(r, span)
-		if rb.batches, err = l.readRun(r, buf[:slot:slot], rb.batches); err != nil {
+		sp := l.runDiskSpan(r, span)
+		slot := sp.size()
+		if rb.batches, err = l.readRun(r, sp, buf[:slot:slot], rb.batches); err != nil {
 			rb.Release()
 			return nil, nil, err
 		}
@@ -347,47 +348,25 @@ func (l *Log) runSpan(s *segment, ents []lidxEnt) (int64, error) {
 	return end - start, nil
 }
 
-// direct reports whether r is read past the page cache (vfs
-// File.ReadDirect): a closed segment is kept out of the cache (see
-// KeepPageCache), so reading it through the cache cost a hint to start the
-// reads ahead, a copy out of the cache and a hint to drop the pages again
-// per read (two fifths of a leader's CPU while ten consumers caught up).
-// The reads ahead are the log's own then (readahead.go, ReadAhead).
-func (l *Log) direct(r diskRun) bool { return r.closed && !l.keepPageCache }
-
-// runSlot is the buffer r is read into: its span, or for a direct read
-// the whole blocks holding it.
-func (l *Log) runSlot(r diskRun, span int64) int {
-	if !l.direct(r) {
-		return int(span)
-	}
+// runDiskSpan is how r, whose records take span bytes, is read.
+func (l *Log) runDiskSpan(r diskRun, span int64) diskSpan {
 	start := r.ents[0].pos - recHeaderSize
-	return int(vfs.AlignUp(start+span) - vfs.AlignDown(start))
+	return l.span(r.closed, start, start+span)
 }
 
 // readRun reads the records of r (user entries of one segment, in order)
-// with one pread into buf (its runSlot, aligned) and appends their
-// batches. It runs without the log's lock: the segment is acquired, and
-// the entries read are committed, so never rewritten.
-func (l *Log) readRun(r diskRun, buf []byte, out []Batch) ([]Batch, error) {
+// as sp says, with one pread into buf (sp's size, aligned), and appends
+// their batches. It runs without the log's lock: the segment is acquired,
+// and the entries read are committed, so never rewritten.
+func (l *Log) readRun(r diskRun, sp diskSpan, buf []byte, out []Batch) ([]Batch, error) {
 	s, ents := r.s, r.ents
-	start := ents[0].pos - recHeaderSize
-	last := ents[len(ents)-1]
-	end := last.pos + int64(last.length)
-	from := start // the file offset of buf[0]
-	if l.direct(r) {
-		from = vfs.AlignDown(start)
-		if err := l.readBudget.pread(s.f, buf, from, int(end-from), true); err != nil {
-			return out, err
-		}
-	} else {
-		if err := l.readBudget.pread(s.f, buf, start, len(buf), false); err != nil {
-			return out, err
-		}
-		if r.closed { // kept in the page cache: have the kernel read ahead of the reader
-			s.readAhead(end, end-start, l.readBudget.aheadWindow(readAheadMax))
-		}
+	if err := l.readBudget.pread(s.f, buf, sp); err != nil {
+		return out, err
 	}
+	if r.closed && !sp.direct { // kept in the page cache: have the kernel read ahead of the reader
+		s.readAhead(sp.end, sp.end-sp.start, l.readBudget.aheadWindow(readAheadMax))
+	}
+	from := sp.from // the file offset of buf[0]
 	for _, e := range ents {
 		if canary.On(canary.ServeCorrupt) { // broken on purpose: no checksum on read
 			o := e.pos - from

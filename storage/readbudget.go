@@ -195,29 +195,23 @@ func (b *ReadBudget) release(n int64) {
 // one read may ask for.
 const readPiece = 1 << 20
 
-// pread reads buf at off from f, at least need bytes of it (all of it
-// unless direct: a direct read, File.ReadDirect, is of whole blocks, and
-// the file may end inside the last), in pieces of at most readPiece (or
-// the budget), each within the budget. It is called with no lock of the
-// log held. A nil budget reads with one pread.
-func (b *ReadBudget) pread(f vfs.File, buf []byte, off int64, need int, direct bool) error {
-	read := func(p []byte, off int64, need int) error {
-		if direct {
-			return preadDirect(f, p, off, need)
-		}
-		return preadFull(f, p, off)
-	}
+// pread reads sp from f into buf (sp's size), in pieces of at most
+// readPiece (or the budget; whole blocks for a direct read), each within
+// the budget. It is called with no lock of the log held. A nil budget
+// reads with one pread.
+func (b *ReadBudget) pread(f vfs.File, buf []byte, sp diskSpan) error {
+	need := sp.need()
 	if b == nil {
-		return read(buf, off, need)
+		return readAt(f, buf, sp.from, need, sp.direct)
 	}
 	piece := min(readPiece, int(b.limit))
-	if direct {
+	if sp.direct {
 		piece = max(vfs.AlignDown(piece), vfs.DirectAlign)
 	}
 	for k := 0; k < need; k += piece {
 		n := min(piece, len(buf)-k)
 		release := b.acquire(int64(n))
-		err := read(buf[k:k+n], off+int64(k), min(n, need-k))
+		err := readAt(f, buf[k:k+n], sp.from+int64(k), min(n, need-k), sp.direct)
 		release()
 		if err != nil {
 			return err
