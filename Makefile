@@ -87,17 +87,20 @@ bench-e2e:
 # profile's consume beside its produce, a tailing consumer's latency idle
 # and during a catch-up from the disk (no read budget, the default one, a
 # paced one). VDL_BENCH_READ_MB (200), VDL_BENCH_ISO_ROUNDS (3),
-# VDL_BENCH_LEGACY_MB (128), VDL_BENCH_PROFILE (a path: the leader's CPU
-# profile during the first read). Dropping the page cache needs root.
+# VDL_BENCH_LEGACY_MB (128), VDL_BENCH_PROFILE (a path: the leader's and
+# the consumer's CPU profiles during the first read). Dropping the page
+# cache needs root.
 bench-read:
 	$(GO) test -count=1 -run '^$$' -bench '^(BenchmarkReadDefaults|BenchmarkCatchUpStreams|BenchmarkKafka010|BenchmarkCatchUpIsolation)$$' -benchtime 1x -timeout 20m ./integration/
 
 # Regression benchmarks of the fetch path: allocations and bytes copied per
-# fetch, pooled reads, down-conversion throughput per core.
+# fetch, pooled reads, down-conversion throughput per core; and a segment's
+# bytes sent from memory beside sendfile(2).
 bench-fetch:
 	$(GO) test -count=1 -run '^$$' -bench '^BenchmarkFetchPath$$' -benchtime 2s ./kafka/
 	$(GO) test -count=1 -run '^$$' -bench '^BenchmarkReadPooled$$' -benchtime 2s ./storage/
 	$(GO) test -count=1 -run '^$$' -bench '^BenchmarkToMessageSet$$' -benchtime 1s ./kafka/records/
+	$(GO) test -count=1 -run '^$$' -bench '^BenchmarkSendChunks$$' -benchtime 8x ./kafka/
 
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \

@@ -5,8 +5,11 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"path/filepath"
+	"runtime/pprof"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -82,8 +85,10 @@ func readRun(b *testing.B, name string, tailCache, total int64) readResult {
 	var r readResult
 	fmt.Printf("\n  %s\n", name)
 	for run := range 2 {
+		stopProfile := func() {}
 		if prof := os.Getenv("VDL_BENCH_PROFILE"); prof != "" && run == 0 {
 			go leaderProfile(b, n, prof+"."+strings.Fields(name)[0], 4)
+			stopProfile = clientProfile(b, prof+"."+strings.Fields(name)[0]+".consumer")
 		}
 		if run > 0 && tailCache != 0 {
 			// The cold read before left the files in the page cache:
@@ -94,6 +99,7 @@ func readRun(b *testing.B, name string, tailCache, total int64) readResult {
 		}
 		rb0 := n.ReadBytes()
 		_, mbps := readRangeWith(b, stream, 0, hwm, kgo.SeedBrokers(brokers...))
+		stopProfile()
 		diskRead := float64(n.ReadBytes() - rb0)
 		st0 := fetchStages(b, n)
 		rawMBps, p50, p90 := rawFetchLoop(b, brokers, int32(leader), stream, hwm)
@@ -244,52 +250,96 @@ func leaderProfile(b *testing.B, n *proccluster.Node, path string, secs int) {
 	}
 }
 
+// clientProfile writes this process's CPU profile (the clients') to path
+// until stop is called.
+func clientProfile(b *testing.B, path string) (stop func()) {
+	f, err := os.Create(path)
+	if err == nil {
+		err = pprof.StartCPUProfile(f)
+	}
+	if err != nil {
+		b.Logf("profile: %v", err)
+		return func() {}
+	}
+	return func() {
+		pprof.StopCPUProfile()
+		_ = f.Close()
+	}
+}
+
 // rawFetchLoop reads [0, hwm) with Fetch requests of 1 MiB (the newest
-// version, one at a time, the records not decoded): the server's side of a
-// catch-up without the client's decoding, asked of the leader. It returns MiB/s and the p50 and
-// p90 of the fetch latency in ms.
+// version, one at a time, the records not decoded): the server's side of
+// a catch-up without the client's decoding, asked of the leader. It
+// returns MiB/s and the p50 and p90 of the fetch latency in ms.
 func rawFetchLoop(b *testing.B, brokers []string, leader int32, stream string, hwm int64) (float64, float64, float64) {
 	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
 	if err != nil {
 		b.Fatal(err)
 	}
 	defer cl.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
-	// VDL_BENCH_RAW_FETCH_MB (tuned runs only): larger fetches amortize
-	// the round trip.
-	fetchBytes := int32(envInt(b, "VDL_BENCH_RAW_FETCH_MB", 1)) << 20
-	var lat []time.Duration
-	var bytes int64
 	start := time.Now()
-	for off := int64(0); off < hwm; {
-		req := kmsg.NewPtrFetchRequest()
-		req.MaxWaitMillis, req.MinBytes, req.MaxBytes = 500, 1, 50<<20
-		t := kmsg.NewFetchRequestTopic()
-		t.Topic = stream
-		p := kmsg.NewFetchRequestTopicPartition()
-		p.FetchOffset, p.PartitionMaxBytes, p.LogStartOffset, p.CurrentLeaderEpoch = off, fetchBytes, -1, -1
-		t.Partitions = append(t.Partitions, p)
-		req.Topics = append(req.Topics, t)
-		t0 := time.Now()
-		kresp, err := cl.Broker(int(leader)).Request(ctx, req)
-		if err != nil {
-			b.Fatal(err)
-		}
-		lat = append(lat, time.Since(t0))
-		rp := kresp.(*kmsg.FetchResponse).Topics[0].Partitions[0]
-		if rp.ErrorCode != 0 || len(rp.RecordBatches) == 0 {
-			b.Fatalf("raw fetch at %d: error %d, %d bytes", off, rp.ErrorCode, len(rp.RecordBatches))
-		}
-		bytes += int64(len(rp.RecordBatches))
-		for h := range records.Batches(rp.RecordBatches) {
-			off = h.NextOffset()
-		}
+	bytes, lat, err := rawFetches(cl, leader, map[string]int64{stream: hwm}, int32(envInt(b, "VDL_BENCH_RAW_FETCH_MB", 1))<<20)
+	if err != nil {
+		b.Fatal(err)
 	}
 	secs := time.Since(start).Seconds()
 	sort.Slice(lat, func(i, j int) bool { return lat[i] < lat[j] })
 	ms := func(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 	return float64(bytes) / mib / secs, ms(lat[len(lat)/2]), ms(lat[len(lat)*9/10])
+}
+
+// rawFetches reads every stream of ends (stream -> high watermark) from
+// offset 0 with Fetch requests to leader, one at a time, each asking
+// every stream not yet read for fetchBytes (1 MiB: the clients' default;
+// VDL_BENCH_RAW_FETCH_MB in tuned runs, as larger fetches amortize the
+// round trip), as a consumer asks a broker for its partitions: the records
+// are not decoded. It returns the bytes read and each fetch's latency.
+func rawFetches(cl *kgo.Client, leader int32, ends map[string]int64, fetchBytes int32) (int64, []time.Duration, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	next := map[string]int64{}
+	for s := range ends {
+		next[s] = 0
+	}
+	var lat []time.Duration
+	var bytes int64
+	for len(next) > 0 {
+		req := kmsg.NewPtrFetchRequest()
+		req.MaxWaitMillis, req.MinBytes, req.MaxBytes = 500, 1, 50<<20
+		for _, s := range slices.Sorted(maps.Keys(next)) {
+			t := kmsg.NewFetchRequestTopic()
+			t.Topic = s
+			p := kmsg.NewFetchRequestTopicPartition()
+			p.FetchOffset, p.PartitionMaxBytes, p.LogStartOffset, p.CurrentLeaderEpoch = next[s], fetchBytes, -1, -1
+			t.Partitions = append(t.Partitions, p)
+			req.Topics = append(req.Topics, t)
+		}
+		t0 := time.Now()
+		kresp, err := cl.Broker(int(leader)).Request(ctx, req)
+		if err != nil {
+			return bytes, lat, err
+		}
+		lat = append(lat, time.Since(t0))
+		got := 0
+		for _, t := range kresp.(*kmsg.FetchResponse).Topics {
+			rp := t.Partitions[0]
+			if rp.ErrorCode != 0 {
+				return bytes, lat, fmt.Errorf("raw fetch of %s at %d: error %d", t.Topic, next[t.Topic], rp.ErrorCode)
+			}
+			got += len(rp.RecordBatches)
+			for h := range records.Batches(rp.RecordBatches) {
+				next[t.Topic] = h.NextOffset()
+			}
+			if next[t.Topic] >= ends[t.Topic] {
+				delete(next, t.Topic)
+			}
+		}
+		if got == 0 { // everything asked for is committed: no progress is a failure
+			return bytes, lat, fmt.Errorf("raw fetch from node %d: no records for %v", leader, next)
+		}
+		bytes += int64(got)
+	}
+	return bytes, lat, nil
 }
 
 // fetchStages scrapes n's Fetch request stage histograms: stage -> {sum
