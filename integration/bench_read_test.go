@@ -322,6 +322,9 @@ func rawFetches(cl *kgo.Client, leader int32, ends map[string]int64, fetchBytes 
 		lat = append(lat, time.Since(t0))
 		got := 0
 		for _, t := range kresp.(*kmsg.FetchResponse).Topics {
+			if len(t.Partitions) != 1 {
+				return bytes, lat, fmt.Errorf("raw fetch of %s: %d partitions answered", t.Topic, len(t.Partitions))
+			}
 			rp := t.Partitions[0]
 			if rp.ErrorCode != 0 {
 				return bytes, lat, fmt.Errorf("raw fetch of %s at %d: error %d", t.Topic, next[t.Topic], rp.ErrorCode)
