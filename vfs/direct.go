@@ -82,10 +82,11 @@ func (f *osFile) ReadDirect(p []byte, off int64) (int, error) {
 		})
 		if eof && err == nil {
 			// io.EOF itself, as ReadAt returns it: its callers compare
-			// it. Wrapped, a read of a closed segment whose file ends
-			// inside its last block (a segment cut to its records by a
-			// restart, then rolled) failed, and with it the server's
-			// next start (the release gate's dc3_replace).
+			// it. Wrapped, the read of the last block of a closed
+			// segment whose file ends inside that block (its allocation
+			// started at what a large first entry needed) failed, and
+			// with it the server's next start (the release gate's
+			// dc3_replace).
 			return n, io.EOF
 		}
 		if !errors.Is(err, unix.EINVAL) {

@@ -72,7 +72,7 @@ type File interface {
 	// nothing cached, for data read once. p's memory, len(p) and off are
 	// multiples of DirectAlign (AlignedBuf), or it fails with EINVAL. It
 	// reads what ReadAt would; at the end of the file it returns fewer
-	// bytes with io.EOF.
+	// bytes with io.EOF itself (not wrapped: callers compare it).
 	ReadDirect(p []byte, off int64) (int, error)
 }
 
