@@ -1,13 +1,17 @@
 package campaign
 
 import (
+	"errors"
+	"fmt"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/vdl-project/vdl/internal/proccluster"
+	"github.com/vdl-project/vdl/storage"
 )
 
 // The disk-full nemesis: each server's data dir is a 48 MiB tmpfs; the
@@ -39,4 +43,27 @@ check
 		require.Positive(t, res.Summary.FaultCounts["disk-full"])
 	})
 	require.Empty(t, Leftovers(os.Getpid()), "the tmpfs mounts go with the test")
+}
+
+// A run whose own records fill the disk is no finding of the disk-full
+// fault (errRecordsFillDisk), alone or beside a finding, which stays.
+func TestFindingsLeaveOutRecordsFillingTheDisk(t *testing.T) {
+	stopped := errors.New("n2 stopped while its disk was full")
+	full := fmt.Errorf("n2, 900 KiB free once the filler is gone: %w", errRecordsFillDisk)
+	require.NoError(t, findings(full))
+	require.NoError(t, findings(errors.Join(full)))
+	for _, err := range []error{stopped, errors.Join(stopped), errors.Join(full, stopped), errors.Join(stopped, full)} {
+		f := findings(err)
+		require.ErrorIs(t, f, stopped)
+		require.NotErrorIs(t, f, errRecordsFillDisk)
+	}
+}
+
+// A server takes produces with its reserve free beside the reserve's
+// ballast file, and needs twice the reserve once a write gave it up.
+func TestRoomToRecover(t *testing.T) {
+	dir := t.TempDir()
+	require.EqualValues(t, 2*diskReservedBytes, roomToRecover(dir))
+	require.NoError(t, os.WriteFile(filepath.Join(dir, storage.BallastName), nil, 0o644))
+	require.EqualValues(t, diskReservedBytes, roomToRecover(dir))
 }

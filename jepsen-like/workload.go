@@ -357,7 +357,9 @@ func (r *runner) runNemesis(ctx context.Context) (log []string, found []error) {
 		}
 		if err := r.undoFaults(); err != nil {
 			log = append(log, "undo: "+err.Error())
-			found = append(found, err)
+			if f := findings(err); f != nil {
+				found = append(found, f)
+			}
 		}
 		if ctx.Err() != nil {
 			return log, found
@@ -374,8 +376,8 @@ func (r *runner) runNemesis(ctx context.Context) (log []string, found []error) {
 		}
 		if err := r.inject(kind, victim); err != nil {
 			log = append(log, fmt.Sprintf("%s n%d: %v", kind, victim, err))
-			if kind == "disk-full" {
-				found = append(found, err) // the server's answer to a full disk
+			if f := findings(err); kind == "disk-full" && f != nil {
+				found = append(found, f) // the server's answer to a full disk
 			}
 			continue
 		}
@@ -514,8 +516,11 @@ func (r *runner) inject(kind string, victim uint64) error {
 		r.c.Pause(victim)
 		r.openFault(nodeKey(victim), kind, fmt.Sprintf("n%d", victim))
 	case "disk-full":
-		r.active = append(r.active, activeFault{kind, victim})
-		return r.fillDisk(victim)
+		err := r.fillDisk(victim)
+		if !errors.Is(err, errRecordsFillDisk) { // not filled: nothing to undo
+			r.active = append(r.active, activeFault{kind, victim})
+		}
+		return err
 	case "cs-kill", "cs-partition":
 		return r.injectCS(kind)
 	case "partition", "partition-oneway", "partition-dc":

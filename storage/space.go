@@ -40,12 +40,14 @@ type Space struct {
 	low     bool
 }
 
-const ballastName = "reserve.ballast"
+// BallastName is the reserve's file in a data dir (tools outside the
+// server, such as the campaigns' disk-full fault, look for it).
+const BallastName = "reserve.ballast"
 
 // NewSpace returns the reserve of dir (reserve bytes; 0 disables it).
 func NewSpace(fsys vfs.FS, dir string, reserve int64) *Space {
 	s := &Space{fs: fsys, dir: dir, reserve: reserve}
-	if _, err := fsys.Stat(path.Join(dir, ballastName)); err == nil {
+	if _, err := fsys.Stat(path.Join(dir, BallastName)); err == nil {
 		s.ballast = true
 	}
 	return s
@@ -89,7 +91,7 @@ func (s *Space) Check() (low bool) {
 }
 
 func (s *Space) create() error {
-	name := path.Join(s.dir, ballastName)
+	name := path.Join(s.dir, BallastName)
 	f, err := s.fs.Create(name)
 	if err != nil {
 		return err
@@ -121,7 +123,7 @@ func (s *Space) release() bool {
 	if !s.ballast {
 		return false
 	}
-	err := s.fs.Remove(path.Join(s.dir, ballastName))
+	err := s.fs.Remove(path.Join(s.dir, BallastName))
 	if err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return false
 	}
