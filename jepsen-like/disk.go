@@ -89,7 +89,8 @@ func freeSpace(dir string) (uint64, error) {
 	return st.Bavail * uint64(st.Bsize), nil
 }
 
-// fillDisk writes a file into the node's data dir until the disk is full.
+// fillDisk writes a file into the node's data dir until the disk is full:
+// a fault to undo (freeDisk) unless there was no room to fill.
 func (r *runner) fillDisk(id uint64) error {
 	if len(r.disks) == 0 {
 		return fmt.Errorf("disk-full needs size-limited data dirs (start-cluster disk=MiB)")
@@ -98,6 +99,7 @@ func (r *runner) fillDisk(id uint64) error {
 	if free, err := freeSpace(n.DataDir); err == nil && free < 2*diskReservedBytes {
 		return fmt.Errorf("not filled, %d KiB free: %w", free>>10, errRecordsFillDisk)
 	}
+	r.active = append(r.active, activeFault{"disk-full", id})
 	before := strings.Count(readFile(n.LogPath), "disk short of space")
 	f, err := os.Create(filepath.Join(n.DataDir, fillerName))
 	if err != nil {

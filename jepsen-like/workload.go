@@ -516,11 +516,7 @@ func (r *runner) inject(kind string, victim uint64) error {
 		r.c.Pause(victim)
 		r.openFault(nodeKey(victim), kind, fmt.Sprintf("n%d", victim))
 	case "disk-full":
-		err := r.fillDisk(victim)
-		if !errors.Is(err, errRecordsFillDisk) { // not filled: nothing to undo
-			r.active = append(r.active, activeFault{kind, victim})
-		}
-		return err
+		return r.fillDisk(victim)
 	case "cs-kill", "cs-partition":
 		return r.injectCS(kind)
 	case "partition", "partition-oneway", "partition-dc":
