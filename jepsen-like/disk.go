@@ -11,6 +11,7 @@ import (
 
 	"github.com/vdl-project/vdl/checker"
 	"github.com/vdl-project/vdl/storage"
+	"github.com/vdl-project/vdl/vfs"
 )
 
 // Size-limited data dirs (start-cluster disk=MiB, root only): each
@@ -69,25 +70,15 @@ func unmountDisks(mounts []string) error {
 // of space whatever the nemesis does: no finding either way.
 var errRecordsFillDisk = errors.New("the stream's records fill the disk: the server is rightly short of space (a run too long for its disk)")
 
-// roomToRecover is the free space a server whose disk is dataDir's needs
-// to take produces (storage.Space): its reserve beside the reserve's
-// ballast file, or twice the reserve once a write gave the ballast up (it
-// recreates it first).
+// roomToRecover is the free space the server whose data dir is dataDir
+// needs to take produces (storage.RoomToWrite, as its ballast file is).
 func roomToRecover(dataDir string) uint64 {
-	if _, err := os.Stat(filepath.Join(dataDir, storage.BallastName)); err == nil {
-		return diskReservedBytes
-	}
-	return 2 * diskReservedBytes
+	_, err := os.Stat(filepath.Join(dataDir, storage.BallastName))
+	return storage.RoomToWrite(diskReservedBytes, err == nil)
 }
 
-// freeSpace is the space left to unprivileged writers on dir's file system.
-func freeSpace(dir string) (uint64, error) {
-	var st syscall.Statfs_t
-	if err := syscall.Statfs(dir, &st); err != nil {
-		return 0, err
-	}
-	return st.Bavail * uint64(st.Bsize), nil
-}
+// freeSpace is the free space of dir's file system, as the server sees it.
+func freeSpace(dir string) (uint64, error) { return vfs.OS{}.FreeSpace(dir) }
 
 // fillDisk writes a file into the node's data dir until the disk is full:
 // a fault to undo (freeDisk) unless there was no room to fill.
@@ -96,7 +87,9 @@ func (r *runner) fillDisk(id uint64) error {
 		return fmt.Errorf("disk-full needs size-limited data dirs (start-cluster disk=MiB)")
 	}
 	n := r.c.Node(id)
-	if free, err := freeSpace(n.DataDir); err == nil && free < 2*diskReservedBytes {
+	// Less than a server without its ballast needs: the fault could not
+	// be undone, whatever the server does.
+	if free, err := freeSpace(n.DataDir); err == nil && free < storage.RoomToWrite(diskReservedBytes, false) {
 		return fmt.Errorf("not filled, %d KiB free: %w", free>>10, errRecordsFillDisk)
 	}
 	r.active = append(r.active, activeFault{"disk-full", id})

@@ -220,9 +220,10 @@ func (l *Log) readEntries(lo, hi, budget uint64) ([]*pb.Entry, error) {
 // cache with old data.
 func (l *Log) readSpan(s *segment, start, end int64) (buf []byte, from int64, err error) {
 	sp := l.span(s != l.active(), start, end)
-	buf = make([]byte, sp.size())
 	if sp.direct {
 		buf, _ = vfs.AlignedBuf(make([]byte, sp.size()+vfs.DirectAlign), sp.size())
+	} else {
+		buf = make([]byte, sp.size())
 	}
 	return buf, sp.from, readAt(s.f, buf, sp.from, sp.need(), sp.direct)
 }

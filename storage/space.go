@@ -44,6 +44,17 @@ type Space struct {
 // server, such as the campaigns' disk-full fault, look for it).
 const BallastName = "reserve.ballast"
 
+// RoomToWrite is the free space a data dir whose reserve is reserve bytes
+// needs for its server to take produces: the reserve beside the ballast
+// file, or twice the reserve once a write gave the ballast up (Check
+// recreates it first, then needs the reserve beside it).
+func RoomToWrite(reserve int64, ballast bool) uint64 {
+	if ballast {
+		return uint64(reserve)
+	}
+	return 2 * uint64(reserve)
+}
+
 // NewSpace returns the reserve of dir (reserve bytes; 0 disables it).
 func NewSpace(fsys vfs.FS, dir string, reserve int64) *Space {
 	s := &Space{fs: fsys, dir: dir, reserve: reserve}
@@ -74,13 +85,13 @@ func (s *Space) Check() (low bool) {
 		return false // cannot tell: a write will
 	}
 	s.mu.Lock()
-	if !s.ballast && free >= uint64(2*s.reserve) {
+	if !s.ballast && free >= RoomToWrite(s.reserve, false) {
 		if err := s.create(); err == nil {
 			s.ballast = true
 			free -= uint64(s.reserve)
 		}
 	}
-	low = !s.ballast || free < uint64(s.reserve)
+	low = !s.ballast || free < RoomToWrite(s.reserve, true)
 	changed := low != s.low
 	s.low = low
 	s.mu.Unlock()
